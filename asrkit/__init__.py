@@ -1,0 +1,22 @@
+"""asrkit: a plugin-based toolkit for training end-to-end speech recognisers on TensorFlow 2.
+
+The public plugin API is re-exported here so that a plugin needs only ``import asrkit``.
+Importing this package is cheap on purpose: TensorFlow is imported only by the functions that
+compute with it, so ``asrkit --help`` and ``asrkit plugins`` answer at once.
+"""
+
+import os
+
+# TensorFlow reads these when it is first imported, which asrkit always does later and lazily.
+# oneDNN is off by default on AMD CPUs although it makes training 1.3x faster there
+# (docs/performance.md); TensorFlow's C++ start-up chatter hides asrkit's own output.
+# A user's own setting of either variable wins.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from asrkit.errors import AsrkitError
+from asrkit.hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = ["AsrkitError", "__version__", "hookimpl"]

@@ -1,0 +1,1 @@
+"""Data handling: downloads, archives, audio, manifests, shards and the input pipeline."""

@@ -1,0 +1,76 @@
+"""The conversion worker: one source member in, its utterances' WAV files out.
+
+Runs in worker processes, so it imports only numpy and the audio module. Each WAV is written to
+a temporary name and renamed into place: a killed import never leaves half a file under a final
+name, and a rerun simply writes the member again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from asrkit.data.audio import SAMPLE_RATE, cut, decode, wav_bytes
+
+#: Frames per second of the features the models read (10 ms step, 25 ms window).
+FRAME_STEP = 160
+FRAME_LENGTH = 400
+
+
+@dataclass(frozen=True)
+class SegmentJob:
+    key: str  # "<split>/<id>"
+    path: str  # output path relative to the dataset folder
+    start: float | None
+    end: float | None
+    labels: int  # transcript length in labels, for the CTC length check
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    key: str
+    samples: int
+    size: int
+    reason: str | None  # why it was skipped, or None
+    detail: str = ""  # the decoder's own words, for unreadable audio
+
+
+def feature_frames(samples: int) -> int:
+    """Feature frames for ``samples`` (python_speech_features' framing: last frame padded)."""
+    if samples <= FRAME_LENGTH:
+        return 1 if samples > 0 else 0
+    return 1 + -(-(samples - FRAME_LENGTH) // FRAME_STEP)
+
+
+def convert_member(
+    dataset: str, name: str, data: bytes, jobs: list[SegmentJob], max_seconds: float
+) -> tuple[str, list[SegmentResult]]:
+    """Decode ``data`` once, cut and write every segment of ``jobs``; return per-segment results.
+    A member that cannot be decoded skips all its segments with the decoder's reason."""
+    try:
+        samples = decode(data, name)
+    except Exception as error:  # any decoder failure is reported, never fatal
+        detail = " ".join(str(error).split())
+        return name, [SegmentResult(job.key, 0, 0, "unreadable audio", detail) for job in jobs]
+    results = []
+    for job in jobs:
+        piece = cut(samples, job.start, job.end)
+        reason = None
+        if len(piece) == 0:
+            reason = "no audio"
+        elif len(piece) > max_seconds * SAMPLE_RATE:
+            reason = "too long"
+        elif feature_frames(len(piece)) < job.labels:
+            reason = "too short for its transcript"
+        if reason:
+            results.append(SegmentResult(job.key, len(piece), 0, reason))
+            continue
+        encoded = wav_bytes(piece)
+        target = Path(dataset) / job.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + f".{os.getpid()}.partial")
+        partial.write_bytes(encoded)
+        os.replace(partial, target)
+        results.append(SegmentResult(job.key, len(piece), len(encoded), None))
+    return name, results

@@ -1,0 +1,220 @@
+"""Verified, resumable downloads.
+
+A download streams into ``<file>.part`` and resumes it with an HTTP ``Range`` request after a
+dropped connection or a killed process. Transient failures are retried with exponential backoff.
+The finished file is checked against the expected size and sha256 before it is renamed into
+place; a file that does not match is set aside (``<file>.bad``), never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+from tqdm import tqdm
+
+from asrkit.errors import AsrkitError
+from asrkit.types import Resource
+
+CHUNK = 1 << 20
+#: Read size of a streamed download: what a dropped connection can lose, at most.
+STREAM_CHUNK = 64 << 10
+CHECKSUM_FILE = "SHA256SUMS"
+#: HTTP statuses worth retrying: the server or a proxy is momentarily unable to answer.
+TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+class DownloadError(AsrkitError):
+    """A download failed for good (after retries) or did not verify."""
+
+
+@dataclass(frozen=True)
+class DownloadOptions:
+    mirror: str | None = None
+    verify: bool = True
+    retries: int = 5
+    backoff: float = 1.0
+    timeout: float = 60.0
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a file must be: its size and sha256, where known, and where that fact came from."""
+
+    size: int | None
+    sha256: str | None
+    origin: str
+
+
+def mirrored(url: str, mirror: str | None) -> str:
+    """``url`` with its scheme and host (and any path prefix of ``mirror``) replaced."""
+    if not mirror:
+        return url
+    original = urlsplit(url)
+    base = urlsplit(mirror)
+    path = base.path.rstrip("/") + original.path
+    return urlunsplit((base.scheme, base.netloc, path, original.query, ""))
+
+
+def sha256_of(path: Path, progress: bool = False) -> str:
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    with open(path, "rb") as f, tqdm(
+        total=size, unit="B", unit_scale=True, desc=f"verify {path.name}", disable=not progress,
+        leave=False,
+    ) as bar:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+            bar.update(len(chunk))
+    return digest.hexdigest()
+
+
+def mirror_checksums(url: str, options: DownloadOptions) -> dict[str, str]:
+    """The mirror's own ``SHA256SUMS`` beside ``url`` (file name -> sha256); empty if none."""
+    sums_url = url.rsplit("/", 1)[0] + "/" + CHECKSUM_FILE
+    try:
+        response = requests.get(sums_url, timeout=options.timeout)
+    except requests.RequestException:
+        return {}
+    if response.status_code != 200:
+        return {}
+    sums = {}
+    for line in response.text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            sums[parts[1].lstrip("*")] = parts[0].lower()
+    return sums
+
+
+def expected_for(resource: Resource, url: str, options: DownloadOptions) -> Expected:
+    if options.mirror:
+        sums = mirror_checksums(url, options)
+        if resource.filename in sums:
+            return Expected(None, sums[resource.filename], f"{CHECKSUM_FILE} of the mirror")
+    return Expected(resource.size, resource.sha256, "published values")
+
+
+def verify_file(path: Path, expected: Expected, options: DownloadOptions,
+                set_aside: bool = True) -> str:
+    """Check ``path`` against ``expected``; return its sha256. A mismatch raises; a download
+    that does not match is set aside as ``<name>.bad`` (a user's own file is left alone)."""
+    size = path.stat().st_size
+    actual = sha256_of(path, options.progress)
+    problem = None
+    if expected.size is not None and size != expected.size:
+        problem = f"is {size:,} bytes, expected {expected.size:,}"
+    elif expected.sha256 is not None and actual != expected.sha256:
+        problem = f"has sha256 {actual}, expected {expected.sha256}"
+    if problem and options.verify:
+        if not set_aside:
+            raise DownloadError(
+                f"{path} {problem} ({expected.origin}); nothing was read from it. Use the "
+                "right file, or pass --no-verify to import it anyway"
+            )
+        aside = path.with_name(path.name + ".bad")
+        os.replace(path, aside)
+        raise DownloadError(
+            f"{path.name} {problem} ({expected.origin}); set aside as {aside.name}, nothing was "
+            "extracted. Rerun to download it again, or check the mirror"
+        )
+    return actual
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _stat_key(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size} {stat.st_mtime_ns}"
+
+
+def fetch(resource: Resource, directory: Path, options: DownloadOptions) -> tuple[Path, str]:
+    """Download ``resource`` into ``directory`` (resuming) and verify it; return the path and
+    its sha256. A file verified on an earlier run is not read again."""
+    if not resource.url:
+        raise DownloadError(f"{resource.filename} has no download URL; pass --archive PATH")
+    url = mirrored(resource.url, options.mirror)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / resource.filename
+    marker = _marker(final)
+    if final.exists() and marker.exists():
+        key, _, digest = marker.read_text().strip().rpartition(" ")
+        if key == _stat_key(final):
+            return final, digest
+    expected = expected_for(resource, url, options)
+    if options.verify and expected.sha256 is None:
+        raise DownloadError(
+            f"no sha256 is known for {resource.filename}; serve a {CHECKSUM_FILE} beside it on "
+            "the mirror, or pass --no-verify to import it unverified"
+        )
+    if not final.exists():
+        partial = final.with_name(final.name + ".part")
+        _download(url, partial, expected.size, options)
+        os.replace(partial, final)
+    digest = verify_file(final, expected, options)
+    marker.write_text(f"{_stat_key(final)} {digest}\n")
+    return final, digest
+
+
+def _download(url: str, partial: Path, size: int | None, options: DownloadOptions) -> None:
+    """Stream ``url`` into ``partial``, resuming what is there and retrying transient errors."""
+    attempt = 0
+    while True:
+        offset = partial.stat().st_size if partial.exists() else 0
+        if size is not None and offset == size:
+            return
+        try:
+            _stream(url, partial, offset, size, options)
+            return
+        except (requests.ConnectionError, requests.Timeout,
+                requests.exceptions.ChunkedEncodingError, _Transient) as error:
+            attempt += 1
+            if attempt > options.retries:
+                raise DownloadError(
+                    f"downloading {url} failed after {options.retries} retries ({error}); the "
+                    f"partial file {partial.name} is kept: rerun to resume"
+                ) from None
+            time.sleep(options.backoff * 2 ** (attempt - 1))
+
+
+class _Transient(Exception):
+    pass
+
+
+def _stream(url: str, partial: Path, offset: int, size: int | None,
+            options: DownloadOptions) -> None:
+    headers = {"Range": f"bytes={offset}-"} if offset else {}
+    with requests.get(url, headers=headers, stream=True, timeout=options.timeout) as response:
+        if response.status_code == 416 and offset:
+            return  # the partial file is already complete
+        if response.status_code in TRANSIENT_STATUS:
+            raise _Transient(f"HTTP {response.status_code}")
+        if response.status_code not in (200, 206):
+            raise DownloadError(
+                f"downloading {url} failed: HTTP {response.status_code} {response.reason}; "
+                "check the URL or --mirror"
+            )
+        if response.status_code == 200:
+            offset = 0  # the server ignored the Range: start again
+        length = response.headers.get("Content-Length")
+        total = size if size is not None else (offset + int(length) if length else None)
+        mode = "ab" if offset else "wb"
+        with open(partial, mode) as out, tqdm(
+            total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
+            desc=f"download {partial.name[:-5]}", disable=not options.progress,
+        ) as bar:
+            for chunk in response.iter_content(STREAM_CHUNK):
+                out.write(chunk)
+                bar.update(len(chunk))
+        received = partial.stat().st_size
+        if total is not None and received < total:
+            raise requests.exceptions.ChunkedEncodingError(
+                f"connection closed at {received:,} of {total:,} bytes"
+            )

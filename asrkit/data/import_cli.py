@@ -1,0 +1,106 @@
+"""The ``asrkit import <name>`` commands: the options every importer shares, plus its own.
+
+Kept apart from the engine (:mod:`asrkit.data.importing`) so that building the command line
+imports nothing heavy: the engine is loaded when an import actually runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from asrkit.data.manifest import DATASET_JSON
+from asrkit.types import Importer
+
+if TYPE_CHECKING:
+    from asrkit.data.importing import ImportResult
+
+#: Default of ``--max-duration``, in seconds: longer utterances rarely fit a GPU batch.
+DEFAULT_MAX_SECONDS = 40.0
+
+
+def summary(result: ImportResult) -> str:
+    report = result.report
+    if not result.did_work:
+        return (f"{report['name']} is already imported at {result.dataset}: nothing to do "
+                "(--force redoes it)")
+    parts = [f"{split} {info['utterances']} utt / {info['hours']:.2f} h"
+             for split, info in report["splits"].items()]
+    skipped = Counter({reason: info["count"] for reason, info in report["skipped"].items()})
+    line = f"imported {report['name']} into {result.dataset}: " + ", ".join(parts or ["nothing"])
+    if skipped:
+        line += "; skipped " + ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
+        line += f" (listed in {DATASET_JSON})"
+    return line
+
+
+COMMON_PARAMS = {"output", "mirror", "archive", "no_verify", "jobs", "force", "max_duration",
+                 "alphabet", "no_progress", "as_json"}
+
+
+def import_command(importer: Importer) -> click.Command:
+    """``asrkit import <importer.name>``: the shared options plus the importer's own."""
+
+    def callback(**params: Any) -> None:
+        from asrkit.data.importing import ImportConfig, run_import
+        from asrkit.plugins import get_plugins
+        from asrkit.text import Alphabet
+
+        alphabet = Alphabet.load(params["alphabet"]) if params["alphabet"] else Alphabet()
+        config = ImportConfig(
+            output=params["output"],
+            mirror=params["mirror"] or os.environ.get("ASRKIT_MIRROR") or None,
+            archives=tuple(params["archive"]),
+            verify=not params["no_verify"],
+            jobs=params["jobs"] or (os.cpu_count() or 1),
+            force=params["force"],
+            max_seconds=params["max_duration"],
+            alphabet=alphabet,
+            progress=not params["no_progress"],
+        )
+        options = {k: v for k, v in params.items() if k not in COMMON_PARAMS}
+        registration = get_plugins().registry.entries["importer"].get(importer.name)
+        provider = registration.provider.distribution if registration else ""
+        result = run_import(importer, options, config, provider)
+        if params["as_json"]:
+            click.echo(json.dumps({"dataset": str(result.dataset), "did_work": result.did_work,
+                                   **result.report}, indent=2))
+        else:
+            click.echo(summary(result))
+
+    path_type = click.Path(path_type=Path)
+    params: list[click.Parameter] = [
+        *importer.options(),
+        click.Option(["--output", "-o"], type=path_type, default=None,
+                     help="Dataset folder [default: $ASRKIT_HOME/datasets/NAME]."),
+        click.Option(["--mirror"], metavar="URL", default=None,
+                     help="Download from this host instead (keeps the path); its SHA256SUMS "
+                          "file, if any, gives the checksums. [env: ASRKIT_MIRROR]"),
+        click.Option(["--archive"], type=click.Path(exists=True, path_type=Path), multiple=True,
+                     help="Use this archive (or folder) on disk instead of downloading; "
+                          "repeat for several."),
+        click.Option(["--no-verify"], is_flag=True,
+                     help="Import even when a file's size or sha256 does not match."),
+        click.Option(["--jobs", "-j"], type=click.IntRange(min=1), default=None,
+                     help="Conversion worker processes [default: all cores]."),
+        click.Option(["--force"], is_flag=True, help="Redo the import from scratch."),
+        click.Option(["--max-duration"], type=click.FloatRange(min=0.1),
+                     default=DEFAULT_MAX_SECONDS, show_default=True,
+                     help="Skip utterances longer than this many seconds."),
+        click.Option(["--alphabet"], type=click.Path(exists=True, dir_okay=False),
+                     default=None, help="Alphabet file [default: English a-z, space, ']."),
+        click.Option(["--no-progress"], is_flag=True, help="No progress bars."),
+        click.Option(["--json", "as_json"], is_flag=True,
+                     help="Print the dataset report as JSON."),
+    ]
+    doc = importer.description
+    details = [f"Homepage: {importer.homepage}" if importer.homepage else "",
+               f"Licence: {importer.license}" if importer.license else ""]
+    help_text = doc + "\n\n" + "\n\n".join(d for d in details if d)
+    return click.Command(importer.name, callback=callback, params=params, help=help_text,
+                         short_help=doc.split("\n")[0][:80])

@@ -1,0 +1,405 @@
+"""The import engine every importer shares, and the ``asrkit import <name>`` commands.
+
+An import runs in stages, each resumable:
+
+1. **fetch**: download (resuming, verified) or take the user's archive/folder;
+2. **scan**: one pass over the sources reads the small text members;
+3. **prepare**: the importer turns them into utterances; the core normalises and filters text;
+4. **convert**: a second pass streams audio members to worker processes, which decode each
+   recording once, cut its segments and write 16 kHz mono 16-bit WAVs; every finished member is
+   appended to a journal, so a killed run continues where it stopped;
+5. **write**: CSVs, TFRecord shards and ``dataset.json`` (written last: its presence means done).
+
+Everything written is a pure function of the sources and the options, so a run that was killed
+and rerun produces byte-identical output to one that never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from asrkit import __version__
+from asrkit.data import download
+from asrkit.data.archive import Source, scan_sources
+from asrkit.data.convert import SegmentJob, SegmentResult, convert_member
+from asrkit.data.import_cli import DEFAULT_MAX_SECONDS
+from asrkit.data.manifest import DATASET_JSON, Row, csv_text, write_atomic, write_json
+from asrkit.errors import AsrkitError
+from asrkit.text import Alphabet, normalize
+from asrkit.types import Importer, Resource, Utterance
+
+FORMAT_VERSION = 1
+STATE_DIR = ".import"
+JOURNAL = "journal.jsonl"
+#: Target size of one TFRecord shard; small splits still get a few shards so that several
+#: workers can each read their own.
+SHARD_BYTES = 64 << 20
+MIN_SHARDS = 4
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def asrkit_home() -> Path:
+    """Where datasets and downloads live: ``$ASRKIT_HOME``, else ``~/.asrkit``."""
+    return Path(os.environ.get("ASRKIT_HOME") or Path.home() / ".asrkit")
+
+
+@dataclass(frozen=True)
+class ImportConfig:
+    """Options every import shares (the importer's own options travel separately)."""
+
+    home: Path = field(default_factory=asrkit_home)
+    output: Path | None = None
+    mirror: str | None = None
+    archives: tuple[Path, ...] = ()
+    verify: bool = True
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    force: bool = False
+    max_seconds: float = DEFAULT_MAX_SECONDS
+    alphabet: Alphabet = field(default_factory=Alphabet)
+    progress: bool = True
+
+
+@dataclass
+class ImportResult:
+    dataset: Path
+    report: dict[str, Any]
+    did_work: bool
+
+
+# -- stage 1: fetch ----------------------------------------------------------------------------
+
+
+def _fetch(resources: list[Resource], config: ImportConfig) -> tuple[list[Path], list[dict]]:
+    """Local paths of every resource, verified; and what was verified, for ``dataset.json``."""
+    options = download.DownloadOptions(mirror=config.mirror, verify=config.verify,
+                                       progress=config.progress)
+    archives = {path.name: path for path in config.archives}
+    paths, record = [], []
+    for resource in resources:
+        given = resource.path or _given_archive(resource, resources, config.archives, archives)
+        if given is not None:
+            path = Path(given)
+            if not path.exists():
+                raise AsrkitError(f"{path} does not exist")
+            digest = None
+            if path.is_file():
+                expected = download.Expected(resource.size, resource.sha256, "published values")
+                digest = download.verify_file(path, expected, options, set_aside=False)
+        elif resource.url is None:
+            raise AsrkitError(
+                f"{resource.filename} cannot be downloaded; download it yourself and pass "
+                "--archive PATH"
+            )
+        else:
+            path, digest = download.fetch(resource, config.home / "downloads", options)
+        paths.append(path)
+        record.append({"filename": resource.filename, "url": resource.url, "sha256": digest})
+    return paths, record
+
+
+def _given_archive(resource: Resource, resources: list[Resource], given: tuple[Path, ...],
+                   by_name: dict[str, Path]) -> Path | None:
+    if resource.filename in by_name:
+        return by_name[resource.filename]
+    if len(resources) == 1 and len(given) == 1:
+        return given[0]
+    return None
+
+
+# -- stage 3: prepare --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    """An utterance that passed the text checks, with its normalised transcript."""
+
+    utterance: Utterance
+    transcript: str
+    member: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.utterance.split}/{self.utterance.id}"
+
+    @property
+    def path(self) -> str:
+        return f"audio/{self.utterance.split}/{self.utterance.id}.wav"
+
+
+def safe_id(text: str) -> str:
+    """An utterance id usable as a file name."""
+    return _UNSAFE_ID.sub("_", text)
+
+
+def plan(utterances: Iterator[Utterance], importer: Importer, members: set[str],
+         resolve: Any, config: ImportConfig) -> tuple[list[Planned], dict[str, list[str]]]:
+    """Normalise transcripts and sort out what cannot be trained on before any audio is read."""
+    planned: list[Planned] = []
+    skipped: dict[str, list[str]] = defaultdict(list)
+    seen: set[str] = set()
+    for raw in utterances:
+        utterance = Utterance(**{**asdict(raw), "id": safe_id(raw.id)})
+        key = f"{utterance.split}/{utterance.id}"
+        if key in seen:
+            raise AsrkitError(
+                f"importer {importer.name!r} produced utterance {key!r} twice; report this to "
+                "the importer's authors"
+            )
+        seen.add(key)
+        text = normalize(importer.normalize(utterance.transcript), config.alphabet.symbols)
+        missing = config.alphabet.missing(text)
+        member = resolve(utterance.audio)
+        reason = None
+        if member not in members:
+            reason = "audio file missing"
+        elif not text:
+            reason = "empty transcript"
+        elif missing:
+            reason = "characters outside the alphabet"
+        elif (utterance.start is not None and utterance.end is not None
+              and utterance.end - utterance.start > config.max_seconds):
+            reason = "too long"
+        elif (utterance.start is not None and utterance.end is not None
+              and utterance.end <= utterance.start):
+            reason = "no audio"
+        if reason:
+            skipped[reason].append(key)
+        else:
+            planned.append(Planned(utterance, text, member))
+    return planned, skipped
+
+
+# -- stage 4: convert --------------------------------------------------------------------------
+
+
+class Journal:
+    """Finished members, one JSON line each; a torn last line (killed mid-write) is ignored."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.done: dict[str, list[SegmentResult]] = {}
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                self.done[entry["member"]] = [SegmentResult(**r) for r in entry["results"]]
+
+    def add(self, member: str, results: list[SegmentResult]) -> None:
+        self.done[member] = results
+        line = json.dumps({"member": member, "results": [asdict(r) for r in results]})
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def convert(sources: list[Source], planned: list[Planned], dataset: Path, journal: Journal,
+            config: ImportConfig) -> None:
+    """Stream the audio members that the journal lacks to the converters."""
+    by_member: dict[str, list[SegmentJob]] = defaultdict(list)
+    for item in planned:
+        if item.member in journal.done:
+            continue
+        u = item.utterance
+        by_member[item.member].append(
+            SegmentJob(item.key, item.path, u.start, u.end, len(item.transcript))
+        )
+    if not by_member:
+        return
+    total = sum(len(jobs) for jobs in by_member.values())
+    bar = tqdm(total=total, unit="utt", desc="convert", disable=not config.progress,
+               smoothing=0.1)
+    audio_seconds = 0.0
+
+    def finish(member: str, results: list[SegmentResult]) -> None:
+        nonlocal audio_seconds
+        journal.add(member, results)
+        audio_seconds += sum(r.samples for r in results if r.reason is None) / 16000
+        bar.update(len(results))
+        bar.set_postfix_str(f"{audio_seconds / 3600:.2f} h audio")
+
+    wanted = set(by_member)
+    stream = (item for source in sources for item in source.stream(wanted))
+    try:
+        if config.jobs <= 1:
+            for name, data in stream:
+                finish(*convert_member(str(dataset), name, data, by_member[name],
+                                       config.max_seconds))
+        else:
+            _convert_parallel(stream, by_member, dataset, config, finish)
+    finally:
+        bar.close()
+
+
+def _convert_parallel(stream: Iterator[tuple[str, bytes]], by_member: dict[str, list[SegmentJob]],
+                      dataset: Path, config: ImportConfig, finish: Any) -> None:
+    limit = 2 * config.jobs  # members in flight: bounds memory whatever the corpus size
+    pending: set[Future] = set()
+    with ProcessPoolExecutor(max_workers=config.jobs) as pool:
+        for name, data in stream:
+            pending.add(pool.submit(convert_member, str(dataset), name, data, by_member[name],
+                                    config.max_seconds))
+            if len(pending) >= limit:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    finish(*future.result())
+        for future in pending:
+            finish(*future.result())
+
+
+# -- stage 5: write ----------------------------------------------------------------------------
+
+
+def shard_count(total_bytes: int, utterances: int) -> int:
+    return max(math.ceil(total_bytes / SHARD_BYTES), min(utterances, MIN_SHARDS), 1)
+
+
+def write_shards(dataset: Path, split: str, rows: list[tuple[str, Row]],
+                 progress: bool) -> list[str]:
+    """Write ``split``'s shards (round-robin over the id-sorted rows); existing shards are
+    complete (written atomically) and kept."""
+    from asrkit.data.audio import read_wav
+    from asrkit.data.shards import SHARD_DIR, ShardRecord, shard_name, write_shard
+
+    count = shard_count(sum(row.wav_filesize for _, row in rows), len(rows))
+    names = [shard_name(split, i, count) for i in range(count)]
+    for stale in (dataset / SHARD_DIR).glob(f"{split}-*.tfrecord*"):
+        if stale.name not in names:
+            stale.unlink()
+    todo = [i for i in range(count) if not (dataset / SHARD_DIR / names[i]).exists()]
+    with tqdm(total=sum(len(rows[i::count]) for i in todo), unit="utt", desc=f"shard {split}",
+              disable=not progress or not todo) as bar:
+        for i in todo:
+            def records(part: list[tuple[str, Row]] = rows[i::count]) -> Iterator[ShardRecord]:
+                for utterance_id, row in part:
+                    audio = read_wav(dataset / row.wav_filename).tobytes()
+                    bar.update(1)
+                    yield ShardRecord(utterance_id, audio, row.transcript, row.speaker)
+
+            write_shard(dataset / SHARD_DIR / names[i], records())
+    return names
+
+
+def _fingerprint(importer: Importer, options: Mapping[str, Any], config: ImportConfig) -> dict:
+    return {
+        "format": FORMAT_VERSION,
+        "importer": importer.name,
+        "options": {k: _jsonable(v) for k, v in sorted(options.items())},
+        "max_seconds": config.max_seconds,
+        "alphabet": list(config.alphabet.symbols),
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def run_import(importer: Importer, options: Mapping[str, Any], config: ImportConfig,
+               provider: str = "") -> ImportResult:
+    """Import a corpus into ``<home>/datasets/<dataset name>`` (or ``config.output``)."""
+    name = importer.dataset_name(options)
+    dataset = config.output or config.home / "datasets" / name
+    state = dataset / STATE_DIR
+    fingerprint = _fingerprint(importer, options, config)
+    report_path = dataset / DATASET_JSON
+    if config.force and dataset.exists():
+        shutil.rmtree(dataset)
+    if report_path.exists():
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        if report.get("fingerprint") == fingerprint:
+            return ImportResult(dataset, report, did_work=False)
+        raise AsrkitError(
+            f"{dataset} holds an import made with other options; pass --force to redo it, or "
+            "--output to import elsewhere"
+        )
+    state.mkdir(parents=True, exist_ok=True)
+    saved = state / "fingerprint.json"
+    if saved.exists() and json.loads(saved.read_text()) != fingerprint:
+        shutil.rmtree(dataset)
+        state.mkdir(parents=True)
+    write_json(saved, fingerprint)
+
+    paths, fetched = _fetch(importer.resources(options), config)
+    sources = [Source(path, progress=config.progress) for path in paths]
+    scan = scan_sources(sources, importer.is_metadata)
+    utterances = importer.prepare(scan.metadata, scan.members, options)
+    planned, skipped = plan(iter(utterances), importer, set(scan.members), scan.resolve, config)
+
+    journal = Journal(state / JOURNAL)
+    convert(sources, planned, dataset, journal, config)
+
+    results = {r.key: r for member in journal.done.values() for r in member}
+    by_split: dict[str, list[tuple[str, Row]]] = defaultdict(list)
+    errors: dict[str, str] = {}
+    for item in planned:
+        result = results[item.key]
+        if result.reason:
+            skipped[result.reason].append(item.key)
+            if result.detail:
+                errors[item.member] = result.detail
+            continue
+        row = Row(item.path, result.size, item.transcript, result.samples / 16000,
+                  item.utterance.speaker)
+        by_split[item.utterance.split].append((item.utterance.id, row))
+
+    splits = {}
+    for split in sorted(by_split, key=_split_order(importer)):
+        rows = sorted(by_split[split])
+        write_atomic(dataset / f"{split}.csv", csv_text(row for _, row in rows))
+        shards = write_shards(dataset, split, rows, config.progress)
+        seconds = sum(row.duration or 0 for _, row in rows)
+        splits[split] = {
+            "csv": f"{split}.csv",
+            "shards": [f"shards/{s}" for s in shards],
+            "utterances": len(rows),
+            "seconds": round(seconds, 3),
+            "hours": round(seconds / 3600, 4),
+            "speakers": len({row.speaker for _, row in rows if row.speaker}),
+        }
+    config.alphabet.save(dataset / "alphabet.txt")
+    report = {
+        "name": name,
+        "importer": importer.name,
+        "provider": provider,
+        "asrkit_version": __version__,
+        "description": importer.description,
+        "homepage": importer.homepage,
+        "license": importer.license,
+        "source": fetched,
+        "splits": splits,
+        "total": {
+            "utterances": sum(s["utterances"] for s in splits.values()),
+            "hours": round(sum(s["seconds"] for s in splits.values()) / 3600, 4),
+        },
+        "skipped": {
+            reason: {"count": len(keys), "utterances": sorted(keys)}
+            for reason, keys in sorted(skipped.items())
+        },
+        "errors": dict(sorted(errors.items())),
+        "fingerprint": fingerprint,
+    }
+    write_json(report_path, report)
+    return ImportResult(dataset, report, did_work=True)
+
+
+def _split_order(importer: Importer) -> Any:
+    order = {split: i for i, split in enumerate(importer.splits)}
+    return lambda split: (order.get(split, len(order)), split)

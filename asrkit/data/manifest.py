@@ -1,0 +1,80 @@
+"""Dataset manifests: DeepSpeech CSVs and ``dataset.json``.
+
+A CSV has DeepSpeech's three columns ``wav_filename,wav_filesize,transcript`` followed by
+asrkit's extra columns ``duration`` (seconds) and ``speaker``; a relative ``wav_filename``
+resolves against the CSV's own folder, so a dataset folder can be moved as a whole.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from asrkit.errors import AsrkitError
+
+CSV_COLUMNS = ("wav_filename", "wav_filesize", "transcript", "duration", "speaker")
+DATASET_JSON = "dataset.json"
+
+
+@dataclass(frozen=True)
+class Row:
+    wav_filename: str
+    wav_filesize: int
+    transcript: str
+    duration: float | None = None
+    speaker: str = ""
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file, so a reader never sees half of it."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def csv_text(rows: Iterable[Row]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in rows:
+        duration = "" if row.duration is None else f"{row.duration:.4f}"
+        writer.writerow([row.wav_filename, row.wav_filesize, row.transcript, duration, row.speaker])
+    return buffer.getvalue()
+
+
+def read_csv(path: str | Path) -> Iterator[Row]:
+    """Rows of a DeepSpeech CSV (extra columns optional), with paths resolved against it."""
+    path = Path(path)
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = {"wav_filename", "transcript"} - set(reader.fieldnames or [])
+        if missing:
+            raise AsrkitError(
+                f"{path} is not a DeepSpeech CSV: it lacks the column(s) "
+                f"{', '.join(sorted(missing))}"
+            )
+        for line, record in enumerate(reader, 2):
+            try:
+                size = int(record.get("wav_filesize") or 0)
+                duration = float(record["duration"]) if record.get("duration") else None
+            except ValueError:
+                raise AsrkitError(f"{path}:{line}: a number column holds text") from None
+            yield Row(record["wav_filename"], size, record["transcript"] or "", duration,
+                      record.get("speaker") or "")
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def load_dataset_json(dataset: str | Path) -> dict[str, Any]:
+    path = Path(dataset) / DATASET_JSON
+    if not path.exists():
+        raise AsrkitError(f"{Path(dataset)} is not an imported dataset (no {DATASET_JSON})")
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,203 @@
+"""Pytest fixtures for testing asrkit and asrkit plugins.
+
+Installed as an opt-in pytest plugin (entry point ``pytest11``): it only defines fixtures, so it
+changes nothing unless a test asks for one. A plugin author's tests can use them directly::
+
+    def test_my_importer(asrkit_cli, asrkit_home, corpus_server):
+        corpus_server.add_file("corpus.tar.gz", build_archive())
+        result = asrkit_cli(["import", "foo", "--mirror", corpus_server.url])
+        assert result.exit_code == 0, result.stderr
+
+Fixtures:
+
+``asrkit_home``
+    a fresh ``ASRKIT_HOME`` (datasets and downloads) in a temporary folder.
+``make_plugins``
+    builds an isolated :class:`~asrkit.plugins.PluginSet` from plugin modules, with or without
+    the installed entry points.
+``asrkit_cli``
+    runs the ``asrkit`` command line in-process and returns exit code, stdout and stderr.
+``corpus_server``
+    a real HTTP server on 127.0.0.1 with ``Range`` support that can drop connections or fail
+    requests on purpose, for testing downloads as they fail in the wild.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from asrkit.plugins import PluginSet, set_plugins
+from asrkit.registry import Provider
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def asrkit_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty ``ASRKIT_HOME`` for this test; no mirror from the environment."""
+    home = tmp_path / "asrkit-home"
+    home.mkdir()
+    monkeypatch.setenv("ASRKIT_HOME", str(home))
+    monkeypatch.delenv("ASRKIT_MIRROR", raising=False)
+    return home
+
+
+@pytest.fixture
+def make_plugins(monkeypatch: pytest.MonkeyPatch) -> Callable[..., PluginSet]:
+    """``make_plugins(*modules, entry_points=False, distribution="test")``: a plugin set holding
+    ``modules`` (each registered under its ``__name__``), plus the installed plugins if asked.
+    The set becomes the process-wide one for the test, and is reset afterwards."""
+    monkeypatch.delenv("ASRKIT_STRICT_PLUGINS", raising=False)
+    monkeypatch.delenv("ASRKIT_DISABLE_PLUGINS", raising=False)
+
+    def make(*modules: ModuleType | Any, entry_points: bool = False,
+             distribution: str = "test") -> PluginSet:
+        plugins = PluginSet()
+        if entry_points:
+            plugins.load_entry_points()
+        for module in modules:
+            name = getattr(module, "__name__", type(module).__name__).rsplit(".", 1)[-1]
+            plugins.add_module(module, Provider(name, distribution, "0"))
+        set_plugins(plugins)
+        return plugins
+
+    yield make
+    set_plugins(None)
+
+
+@pytest.fixture
+def asrkit_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """``asrkit_cli(args, plugins=None)`` runs ``asrkit ARGS`` in this process."""
+    from asrkit.cli import run
+
+    def invoke(args: list[str], plugins: PluginSet | None = None) -> CliResult:
+        capsys.readouterr()
+        code = run([str(a) for a in args], plugins)
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    yield invoke
+    set_plugins(None)
+
+
+@dataclass
+class _Fault:
+    kind: str  # "drop" (close after N bytes) or "status" (answer with an HTTP status)
+    value: int
+    times: int
+
+
+@dataclass
+class CorpusServer:
+    """Files served over HTTP on 127.0.0.1, with faults to order."""
+
+    url: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+    faults: dict[str, list[_Fault]] = field(default_factory=dict)
+    requests: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Range header)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_file(self, path: str, data: bytes, checksums: bool = True) -> str:
+        """Serve ``data`` at ``/path``; also list it in a ``SHA256SUMS`` beside it unless
+        ``checksums`` is false. Returns its URL."""
+        path = path.lstrip("/")
+        self.files[path] = data
+        if checksums:
+            folder = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
+            sums = self.files.get(folder + "SHA256SUMS", b"").decode()
+            line = f"{hashlib.sha256(data).hexdigest()}  {path.rsplit('/', 1)[-1]}\n"
+            self.files[folder + "SHA256SUMS"] = (sums + line).encode()
+        return f"{self.url}/{path}"
+
+    def drop_after(self, path: str, nbytes: int, times: int = 1) -> None:
+        """Close the connection after sending ``nbytes`` of the body, ``times`` times."""
+        self.faults.setdefault(path.lstrip("/"), []).append(_Fault("drop", nbytes, times))
+
+    def fail(self, path: str, status: int = 503, times: int = 1) -> None:
+        """Answer ``status`` instead of the file, ``times`` times."""
+        self.faults.setdefault(path.lstrip("/"), []).append(_Fault("status", status, times))
+
+    def _take_fault(self, path: str) -> _Fault | None:
+        with self.lock:
+            for fault in self.faults.get(path, []):
+                if fault.times > 0:
+                    fault.times -= 1
+                    return fault
+        return None
+
+    def requested(self, path: str) -> list[str | None]:
+        """The Range headers of the requests for ``path`` so far."""
+        return [r for p, r in self.requests if p == path.lstrip("/")]
+
+
+def _handler(server: CorpusServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:  # keep test output clean
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0].lstrip("/")
+            server.requests.append((path, self.headers.get("Range")))
+            data = server.files.get(path)
+            if data is None:
+                self.send_error(404)
+                return
+            fault = server._take_fault(path)
+            if fault and fault.kind == "status":
+                self.send_error(fault.value)
+                return
+            start = 0
+            ranged = self.headers.get("Range")
+            if ranged and ranged.startswith("bytes="):
+                start = int(ranged[6:].split("-", 1)[0] or 0)
+                if start >= len(data):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
+                    self.end_headers()
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            else:
+                self.send_response(200)
+            body = data[start:]
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Accept-Ranges", "bytes")
+            self.end_headers()
+            if fault and fault.kind == "drop":
+                self.wfile.write(body[: fault.value])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(body)
+
+    return Handler
+
+
+@pytest.fixture
+def corpus_server() -> Iterator[CorpusServer]:
+    """A real HTTP server on 127.0.0.1 serving in-memory files, with fault injection."""
+    state = CorpusServer()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    httpd.daemon_threads = True
+    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

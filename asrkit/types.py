@@ -1,0 +1,163 @@
+"""The contracts between asrkit's core and its plugins.
+
+Each kind of plugin object subclasses one of the abstract classes here. The core validates every
+registered object against them, so a plugin that registers something malformed is reported at load
+time instead of failing in the middle of a training run.
+
+**The CTC blank convention, stated once:** for an alphabet of ``N`` symbols, a model outputs
+``N + 1`` classes; classes ``0 .. N-1`` are the alphabet's symbols in file order and the blank is
+the *last* class, index ``N`` (as in DeepSpeech and ``tf.nn.ctc_loss(blank_index=-1)``).
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import click
+
+#: Names of registered objects: what a user types after ``asrkit import`` or ``--model``.
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+#: Index of the CTC blank relative to the alphabet: the last class (see the module docstring).
+BLANK_IS_LAST = True
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A file an importer reads: published at ``url`` or already at a local ``path``.
+
+    ``size`` and ``sha256`` are the published values; the downloader verifies both before anything
+    is read. ``path`` is for sources the user supplies (a folder, an archive on disk).
+    """
+
+    filename: str
+    url: str | None = None
+    size: int | None = None
+    sha256: str | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One utterance as a corpus describes it, before conversion and normalisation.
+
+    ``audio`` names the audio file as a member path of the importer's sources (the path inside the
+    archive, or relative to the folder). ``start``/``end`` (seconds) cut a segment out of a long
+    recording; ``None`` means the whole file.
+    """
+
+    id: str
+    split: str
+    audio: str
+    transcript: str
+    speaker: str = ""
+    start: float | None = None
+    end: float | None = None
+
+
+class Importer(ABC):
+    """A speech corpus: where it comes from and how to read its transcripts.
+
+    The core owns everything corpora share (download, verification, safe reading of archives,
+    conversion to 16 kHz mono 16-bit, normalisation, filtering, manifests, shards, progress and
+    resumption). A subclass holds only what is specific to its corpus.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    homepage: ClassVar[str] = ""
+    license: ClassVar[str] = ""
+    splits: ClassVar[tuple[str, ...]] = ("train", "dev", "test")
+
+    def options(self) -> list[click.Parameter]:
+        """Extra command-line parameters of ``asrkit import <name>`` (e.g. ``--release``)."""
+        return []
+
+    def dataset_name(self, options: Mapping[str, Any]) -> str:
+        """The name of the imported dataset's folder; options that change the content go in it."""
+        return self.name
+
+    @abstractmethod
+    def resources(self, options: Mapping[str, Any]) -> list[Resource]:
+        """The files to fetch (or the user's files to read), in a fixed order."""
+
+    def is_metadata(self, member: str) -> bool:
+        """Whether a source member is a transcript or listing, read before any audio."""
+        return member.endswith((".txt", ".tsv", ".csv", ".stm", ".transcription", ".fileids"))
+
+    @abstractmethod
+    def prepare(
+        self, metadata: Mapping[str, bytes], members: Sequence[str], options: Mapping[str, Any]
+    ) -> Iterator[Utterance]:
+        """Yield the corpus's utterances from its metadata members (name -> content) and the
+        list of all member names."""
+
+    def normalize(self, text: str) -> str:
+        """Corpus-specific clean-up (noise tokens, markup) applied before the core normalises
+        case, punctuation and clitics. The default keeps the text as it is."""
+        return text
+
+
+class ModelSpec(ABC):
+    """A network architecture trainable with ``asrkit train --model <name>``.
+
+    ``Config`` is a frozen dataclass holding every hyperparameter with its default.
+    ``build`` returns a Keras model from padded features ``[batch, time, features]`` to logits
+    ``[batch, time', classes]``; ``output_length`` maps ``time`` to ``time'``.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Config: ClassVar[type]
+    #: The registered feature extractor this model reads by default.
+    features: ClassVar[str] = "mfcc"
+
+    @abstractmethod
+    def build(self, config: Any, num_features: int, num_classes: int) -> Any:
+        """Return an uncompiled Keras model."""
+
+    def output_length(self, config: Any, length: Any) -> Any:
+        """Frames out for ``length`` frames in; identity unless the model subsamples time."""
+        return length
+
+
+class Decoder(ABC):
+    """Turns logits into text: ``decode(logits, lengths, alphabet)``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    @abstractmethod
+    def decode(self, logits: Any, lengths: Any, alphabet: Any) -> list[str]:
+        """Decode a batch of logits ``[batch, time, classes]`` with valid ``lengths``."""
+
+
+class FeatureExtractor(ABC):
+    """Computes features from 16 kHz audio inside the TensorFlow graph (``tf.signal``), so that
+    they run in ``tf.data`` and on the accelerator."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Config: ClassVar[type]
+
+    @abstractmethod
+    def num_features(self, config: Any) -> int:
+        """Width of one feature frame."""
+
+    @abstractmethod
+    def extract(self, audio: Any, config: Any) -> Any:
+        """Features ``[frames, num_features]`` of float32 audio ``[samples]`` in [-1, 1]."""
+
+
+#: What each ``register_*`` hook accepts, by registry kind.
+KINDS: dict[str, type] = {
+    "importer": Importer,
+    "model": ModelSpec,
+    "decoder": Decoder,
+    "feature": FeatureExtractor,
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Set up asrkit on a fresh machine: the sox program (system package) and a virtual environment
+# in .venv with asrkit, its bundled first-party plugins and the test tools. Safe to rerun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v sox >/dev/null || need_apt+=(sox libsox-fmt-all)
+command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
+if ((${#need_apt[@]})); then
+  if [ "$(id -u)" = 0 ]; then sudo=(); else sudo=(sudo); fi
+  echo "setup: installing ${need_apt[*]} (apt-get)"
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools
+echo "setup: installing asrkit and its plugins into .venv (first time: a few minutes)"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check \
+  -e ".[test,lint,type]" -e plugins/asrkit-importer-an4
+echo "setup: done; activate with: source .venv/bin/activate"

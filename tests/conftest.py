@@ -1,0 +1,76 @@
+"""Shared test helpers. The asrkit.testing fixtures (asrkit_home, asrkit_cli, make_plugins,
+corpus_server) come from asrkit's own pytest plugin."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures"
+SPEECH = FIXTURES / "speech"
+
+
+def run_asrkit(*args: str, pythonpath: Path | None = None, env: dict | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m asrkit ARGS`` in a fresh process (as a user runs it)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
+    environment.update(env or {})
+    if pythonpath is not None:
+        environment["PYTHONPATH"] = os.pathsep.join(
+            [str(pythonpath), environment.get("PYTHONPATH", "")]
+        ).rstrip(os.pathsep)
+    return subprocess.run([sys.executable, "-m", "asrkit", *args], capture_output=True,
+                          text=True, env=environment, timeout=timeout, check=False)
+
+
+def pip_install(source: Path, target: Path) -> None:
+    """Install the distribution in ``source`` into ``target`` with pip, as a user would."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "--target", str(target), str(source)],
+        check=True, capture_output=True, text=True,
+    )
+
+
+def make_distribution(root: Path, name: str, module: str, source: str,
+                      entry_points: dict[str, str]) -> Path:
+    """Write a minimal real distribution (pyproject + one module) and return its folder."""
+    folder = root / name
+    (folder / module).mkdir(parents=True)
+    (folder / module / "__init__.py").write_text(textwrap.dedent(source))
+    points = "\n".join(f'{k} = "{v}"' for k, v in entry_points.items())
+    (folder / "pyproject.toml").write_text(textwrap.dedent(f"""\
+        [build-system]
+        requires = ["setuptools>=68"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "{name}"
+        version = "1.2.3"
+
+        [project.entry-points.asrkit]
+        """) + points + "\n")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory):
+    """``installed(name, module, source, entry_points)`` pip-installs a throwaway distribution
+    into its own folder (cached for the session) and returns that folder for PYTHONPATH."""
+    cache: dict[str, Path] = {}
+
+    def install(name: str, module: str, source: str, entry_points: dict[str, str]) -> Path:
+        if name not in cache:
+            base = tmp_path_factory.mktemp(name)
+            folder = make_distribution(base / "src", name, module, source, entry_points)
+            pip_install(folder, base / "site")
+            cache[name] = base / "site"
+        return cache[name]
+
+    return install
