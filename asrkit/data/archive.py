@@ -171,18 +171,20 @@ def _reader(tar: tarfile.TarFile, member: tarfile.TarInfo) -> Callable[[], bytes
 
 
 def scan_sources(sources: list[Source], is_metadata: Callable[[str], bool]) -> Scan:
-    """Pass 1 over every source; a member name present in two sources is an error."""
+    """Pass 1 over every source. A corpus split into several archives repeats its top-level
+    files (every LibriSpeech subset holds ``LibriSpeech/README.TXT``): a repeated member is listed
+    once, unless it is metadata, which would be ambiguous (an error)."""
     scan = Scan()
     for source in sources:
         before = set(scan.members)
         part = Scan()
         source.scan(part, is_metadata)
-        clash = before.intersection(part.members)
+        clash = sorted(name for name in before.intersection(part.members) if is_metadata(name))
         if clash:
             raise AsrkitError(
-                f"{source.path.name} repeats member {sorted(clash)[0]!r} of another source"
+                f"{source.path.name} repeats member {clash[0]!r} of another source"
             )
-        scan.members += part.members
+        scan.members += [name for name in part.members if name not in before]
         scan.metadata.update(part.metadata)
         scan.links.update(part.links)
     return scan

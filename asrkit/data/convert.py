@@ -74,3 +74,11 @@ def convert_member(
         os.replace(partial, target)
         results.append(SegmentResult(job.key, len(piece), len(encoded), None))
     return name, results
+
+
+def convert_batch(
+    dataset: str, batch: list[tuple[str, bytes, list[SegmentJob]]], max_seconds: float
+) -> list[tuple[str, list[SegmentResult]]]:
+    """:func:`convert_member` over several members: one round trip to a worker process for many
+    short files, so that inter-process overhead does not eat the parallel speed-up."""
+    return [convert_member(dataset, name, data, jobs, max_seconds) for name, data, jobs in batch]

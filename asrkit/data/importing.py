@@ -33,7 +33,7 @@ from tqdm import tqdm
 from asrkit import __version__
 from asrkit.data import download
 from asrkit.data.archive import Source, scan_sources
-from asrkit.data.convert import SegmentJob, SegmentResult, convert_member
+from asrkit.data.convert import SegmentJob, SegmentResult, convert_batch, convert_member
 from asrkit.data.import_cli import DEFAULT_MAX_SECONDS
 from asrkit.data.manifest import DATASET_JSON, Row, csv_text, write_atomic, write_json
 from asrkit.errors import AsrkitError
@@ -201,10 +201,10 @@ class Journal:
     def add(self, member: str, results: list[SegmentResult]) -> None:
         self.done[member] = results
         line = json.dumps({"member": member, "results": [asdict(r) for r in results]})
+        # Flushed, not fsynced: a killed process loses nothing the kernel already has, and a
+        # power cut at worst repeats the conversion of the members whose lines were lost.
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
 
 
 def convert(sources: list[Source], planned: list[Planned], dataset: Path, journal: Journal,
@@ -245,20 +245,42 @@ def convert(sources: list[Source], planned: list[Planned], dataset: Path, journa
         bar.close()
 
 
+#: A worker task holds up to this many members or bytes: short files travel in batches.
+BATCH_MEMBERS = 16
+BATCH_BYTES = 8 << 20
+
+
+def _batches(stream: Iterator[tuple[str, bytes]], by_member: dict[str, list[SegmentJob]]
+             ) -> Iterator[list[tuple[str, bytes, list[SegmentJob]]]]:
+    batch: list[tuple[str, bytes, list[SegmentJob]]] = []
+    size = 0
+    for name, data in stream:
+        batch.append((name, data, by_member[name]))
+        size += len(data)
+        if len(batch) >= BATCH_MEMBERS or size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
 def _convert_parallel(stream: Iterator[tuple[str, bytes]], by_member: dict[str, list[SegmentJob]],
                       dataset: Path, config: ImportConfig, finish: Any) -> None:
-    limit = 2 * config.jobs  # members in flight: bounds memory whatever the corpus size
+    limit = 2 * config.jobs  # batches in flight: bounds memory whatever the corpus size
     pending: set[Future] = set()
+
+    def collect(futures: set[Future]) -> None:
+        for future in futures:
+            for member, results in future.result():
+                finish(member, results)
+
     with ProcessPoolExecutor(max_workers=config.jobs) as pool:
-        for name, data in stream:
-            pending.add(pool.submit(convert_member, str(dataset), name, data, by_member[name],
-                                    config.max_seconds))
+        for batch in _batches(stream, by_member):
+            pending.add(pool.submit(convert_batch, str(dataset), batch, config.max_seconds))
             if len(pending) >= limit:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    finish(*future.result())
-        for future in pending:
-            finish(*future.result())
+                collect(done)
+        collect(pending)
 
 
 # -- stage 5: write ----------------------------------------------------------------------------
