@@ -80,7 +80,7 @@ class Alphabet:
 
     def to_text(self) -> str:
         lines = ["# asrkit alphabet: one symbol a line; the CTC blank is the class after the last"]
-        lines += [s if s != " " else " " for s in self.symbols]
+        lines += ["\\#" if s == "#" else s for s in self.symbols]
         return "\n".join(lines) + "\n"
 
     def save(self, path: str | Path) -> None:
@@ -110,7 +110,7 @@ class Alphabet:
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 # Split clitics as TED-LIUM writes them ("i 'd", "it 's") are joined to the word they belong to.
 _SPLIT_CLITIC = re.compile(r"(\w) '(s|d|ll|re|ve|m|t|em|all|n)\b")
-_PUNCTUATION = re.compile(r"[^\w\s']")
+_PUNCTUATION = re.compile(r"[^\w\s']|_")
 _SPACES = re.compile(r"\s+")
 
 

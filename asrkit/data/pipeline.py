@@ -1,0 +1,498 @@
+"""The input pipeline: TFRecord shards to padded, length-bucketed batches, entirely in ``tf.data``.
+
+Why this shape: a CPU (or the host of a GPU) must keep the model fed, and Python loops cannot.
+Every step below is a TensorFlow op, so ``tf.data`` runs it in parallel threads ahead of the
+model::
+
+    shard files (shuffled, split across workers)
+      -> records (interleaved) -> parse -> labels (alphabet lookup, in the graph)
+      -> [speed perturbation] -> features (in-graph MFCC / log-mel) -> [cache]
+      -> shuffle (seeded) -> [SpecAugment]
+      -> length buckets -> padded batches -> [context windows] -> prefetch
+
+Each batch is a dict::
+
+    features          float32 [batch, frames, features]   zero past each utterance's end
+    feature_lengths   int32   [batch]
+    labels            int32   [batch, max label length]   padded with the blank class
+    label_lengths     int32   [batch]
+    ids, transcripts  string  [batch]                     only with ``with_text=True``
+
+Guarantees: each utterance of the split appears exactly once an epoch (nothing is dropped:
+partial batches are kept); shuffling is seeded and differs between epochs; with
+``deterministic=True`` two runs with the same seed yield the same batches; under
+``tf.distribute`` each input pipeline reads its own share of the shard files (or of the records,
+when there are fewer files than pipelines).
+
+Bucketing groups utterances of similar length so that padded frames, which cost as much compute
+as real ones, are few; :func:`padding_fraction` measures it.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from asrkit.data import augment
+from asrkit.data.shards import SAMPLE_RATE, feature_spec, parse, shard_paths
+from asrkit.errors import AsrkitError
+from asrkit.text import Alphabet
+from asrkit.types import FeatureExtractor
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+#: Size of a canonical WAV header; a DeepSpeech CSV's ``wav_filesize`` minus this is the PCM size.
+WAV_HEADER_BYTES = 44
+#: Shard files read at once: enough to mix utterances from several files, few enough to keep
+#: memory and open files small.
+INTERLEAVE_FILES = 4
+#: ``tf.data.AUTOTUNE``, without importing TensorFlow at module level.
+AUTOTUNE = -1
+#: Keys of a batch, in the order :func:`as_tuple` returns them.
+BATCH_KEYS = ("features", "feature_lengths", "labels", "label_lengths")
+#: One utterance (or batch) on its way through the pipeline: name -> tensor.
+Element = dict[str, Any]
+
+
+class PipelineError(AsrkitError):
+    """A dataset that cannot be read as asked (no shards, bad options)."""
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """How batches are made. Defaults suit training; :meth:`for_evaluation` suits evaluation."""
+
+    #: Utterances a batch, per input pipeline (per replica under ``tf.distribute``).
+    batch_size: int = 16
+    #: Group utterances by length before batching (much less padding).
+    bucketing: bool = True
+    #: Bucket edges in seconds of audio; empty: :data:`num_buckets` quantiles of the split's
+    #: lengths (from ``<split>.csv``'s ``wav_filesize``, else a scan of the shards).
+    bucket_boundaries: tuple[float, ...] = ()
+    num_buckets: int = 16
+    shuffle: bool = True
+    #: Utterances (their features, not audio) held for shuffling.
+    shuffle_buffer: int = 1024
+    #: Seeds shuffling and augmentation; None draws a fresh seed each run.
+    seed: int | None = 0
+    #: Same seed -> same batches in the same order (slightly slower: no out-of-order results).
+    deterministic: bool = False
+    #: "none", "memory", or a directory for cache files (features before shuffling and
+    #: SpecAugment; the parsed audio instead when speed perturbation is on).
+    cache: str = "none"
+    #: Frames of context each side stacked onto every frame (Deep Speech: 9); 0 = none. Models
+    #: usually do this themselves on the accelerator with :func:`asrkit.features.context_windows`.
+    context: int = 0
+    #: SpecAugment (off while ``freq_masks`` and ``time_masks`` are 0).
+    freq_masks: int = 0
+    freq_mask_width: int = 27
+    time_masks: int = 0
+    time_mask_width: int = 100
+    time_mask_max_ratio: float = 0.2
+    #: Speed perturbation factors drawn uniformly per utterance, e.g. (0.9, 1.0, 1.1); () = off.
+    speed_factors: tuple[float, ...] = ()
+    #: Add ``ids`` and ``transcripts`` to each batch (for evaluation reports).
+    with_text: bool = False
+    #: Parallel calls of the per-utterance maps; -1 lets tf.data tune it.
+    parallel_calls: int = AUTOTUNE
+    #: Batches prepared ahead; -1 lets tf.data tune it.
+    prefetch: int = AUTOTUNE
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise PipelineError(f"batch_size must be positive, not {self.batch_size}")
+        if self.num_buckets < 1:
+            raise PipelineError(f"num_buckets must be positive, not {self.num_buckets}")
+        if list(self.bucket_boundaries) != sorted(set(self.bucket_boundaries)) or any(
+            b <= 0 for b in self.bucket_boundaries
+        ):
+            raise PipelineError("bucket_boundaries must be increasing positive seconds")
+        if self.shuffle_buffer < 1:
+            raise PipelineError(f"shuffle_buffer must be positive, not {self.shuffle_buffer}")
+        if self.context < 0:
+            raise PipelineError(f"context must be >= 0, not {self.context}")
+        if any(f <= 0 for f in self.speed_factors):
+            raise PipelineError(f"speed_factors must be positive, not {self.speed_factors}")
+        if not 0 <= self.time_mask_max_ratio <= 1:
+            raise PipelineError("time_mask_max_ratio must be between 0 and 1")
+
+    @property
+    def spec_augment(self) -> bool:
+        return self.freq_masks > 0 or self.time_masks > 0
+
+    def for_evaluation(self) -> PipelineConfig:
+        """The same batching without shuffling or augmentation, in a fixed order, with text."""
+        return replace(
+            self,
+            shuffle=False,
+            deterministic=True,
+            freq_masks=0,
+            time_masks=0,
+            speed_factors=(),
+            with_text=True,
+        )
+
+
+# -- labels -------------------------------------------------------------------------------------
+
+
+def label_encoder(alphabet: Alphabet) -> Callable[[Any, Any], Any]:
+    """An in-graph ``encode(transcript, utterance_id) -> int32 labels``.
+
+    Characters are looked up by code point in a constant table; a character the alphabet lacks
+    stops the pipeline with an error naming the character(s), the utterance and its transcript.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    codepoints = [ord(symbol) for symbol in alphabet.symbols]
+    table = np.full(max(codepoints) + 2, -1, np.int32)  # the last entry: anything beyond
+    table[codepoints] = np.arange(len(codepoints), dtype=np.int32)
+    last = len(table) - 1
+
+    def encode(transcript: tf.Tensor, utterance_id: tf.Tensor) -> tf.Tensor:
+        points = tf.strings.unicode_decode(transcript, "UTF-8")
+        labels = tf.gather(tf.constant(table), tf.clip_by_value(points, 0, last))
+        unknown = labels < 0
+        check = tf.debugging.Assert(
+            tf.logical_not(tf.reduce_any(unknown)),
+            [
+                "characters not in the alphabet:",
+                tf.strings.unicode_encode(tf.boolean_mask(points, unknown), "UTF-8"),
+                "in utterance",
+                utterance_id,
+                "transcript:",
+                transcript,
+                "(normalise the transcripts or add the characters to the alphabet file)",
+            ],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(labels)
+
+    return encode
+
+
+# -- lengths and buckets ------------------------------------------------------------------------
+
+
+def utterance_samples(dataset_dir: str | Path, split: str) -> list[int]:
+    """Audio lengths (samples) of a split's utterances: from ``<split>.csv`` when every row has a
+    ``duration`` (seconds, asrkit's column) or a ``wav_filesize`` (cheap), else by reading the
+    shards' ``num_samples``."""
+    lengths = _csv_samples(Path(dataset_dir) / f"{split}.csv")
+    if lengths is not None:
+        return lengths
+    return _shard_samples(dataset_dir, split)
+
+
+def _csv_samples(path: Path) -> list[int] | None:
+    if not path.is_file():
+        return None
+    csv.field_size_limit(sys.maxsize)
+    lengths = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            try:
+                if row.get("duration"):
+                    lengths.append(round(float(row["duration"]) * SAMPLE_RATE))
+                elif row.get("wav_filesize"):
+                    lengths.append(max(0, (int(row["wav_filesize"]) - WAV_HEADER_BYTES) // 2))
+                else:
+                    return None
+            except ValueError:
+                return None
+    return lengths
+
+
+def _shard_samples(dataset_dir: str | Path, split: str) -> list[int]:
+    import tensorflow as tf
+
+    spec = {"num_samples": feature_spec()["num_samples"]}
+    files = [str(p) for p in shard_paths(dataset_dir, split)]
+    records = tf.data.TFRecordDataset(files).batch(1024)
+    counts = records.map(lambda batch: tf.io.parse_example(batch, spec)["num_samples"])
+    return [int(n) for batch in counts.as_numpy_iterator() for n in batch]
+
+
+def auto_boundaries(samples: Sequence[int], num_buckets: int, batch_size: int) -> list[int]:
+    """Bucket edges (samples) at quantiles of the lengths, so buckets fill equally fast; never
+    more buckets than full batches, so a small split is not spread into partial batches."""
+    import numpy as np
+
+    buckets = max(1, min(num_buckets, len(samples) // batch_size))
+    if buckets == 1 or not samples:
+        return []
+    quantiles = np.quantile(np.asarray(samples), np.linspace(0, 1, buckets + 1)[1:-1])
+    # bucket i holds lengths in [edge[i-1], edge[i]): put the quantile value in the lower one.
+    return sorted({int(q) + 1 for q in quantiles})
+
+
+def bucket_edges(dataset_dir: str | Path, split: str, config: PipelineConfig) -> list[int]:
+    """The bucket edges in samples that :func:`make_dataset` uses."""
+    if config.bucket_boundaries:
+        return [round(seconds * SAMPLE_RATE) for seconds in config.bucket_boundaries]
+    return auto_boundaries(
+        utterance_samples(dataset_dir, split), config.num_buckets, config.batch_size
+    )
+
+
+# -- the pipeline -------------------------------------------------------------------------------
+
+
+def resolve_extractor(extractor: FeatureExtractor | str) -> FeatureExtractor:
+    """An extractor object, or the installed one of that name (``"mfcc"``, ``"logmel"``)."""
+    if isinstance(extractor, str):
+        from asrkit import plugins
+
+        return plugins.get("feature", extractor)
+    return extractor
+
+
+def make_dataset(
+    dataset_dir: str | Path,
+    split: str,
+    alphabet: Alphabet,
+    extractor: FeatureExtractor | str,
+    feature_config: Any = None,
+    config: PipelineConfig | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+) -> tf.data.Dataset:
+    """Batches of one split of an imported dataset (see the module docstring for their keys).
+
+    ``extractor`` is a :class:`~asrkit.types.FeatureExtractor` or its registered name;
+    ``feature_config`` defaults to ``extractor.Config()``. Under ``tf.distribute``, call this
+    from ``strategy.distribute_datasets_from_function`` with its ``input_context``: each input
+    pipeline then reads a disjoint share of the split.
+    """
+    config = config or PipelineConfig()
+    extractor = resolve_extractor(extractor)
+    feature_config = extractor.Config() if feature_config is None else feature_config
+    files = [str(p) for p in shard_paths(dataset_dir, split)]
+    if not files:
+        raise PipelineError(
+            f"no shards of split {split!r} in {dataset_dir} (expected "
+            f"shards/{split}-NNNNN-of-MMMMM.tfrecord); import the dataset first"
+        )
+    edges = bucket_edges(dataset_dir, split, config) if config.bucketing else []
+    pipelines, index = _pipeline_share(input_context)
+    cache_name = _cache_name(split, extractor, feature_config, alphabet, config, index)
+    calls = {"num_parallel_calls": config.parallel_calls, "deterministic": config.deterministic}
+
+    dataset = _records(files, config, pipelines, index)
+    dataset = dataset.map(_reader(label_encoder(alphabet)), **calls)
+    if config.speed_factors:
+        dataset = _cache(dataset, config.cache, cache_name)  # audio: each epoch perturbs anew
+        dataset = _with_seeds(dataset, config.seed, salt=1).map(_speed_perturber(config), **calls)
+    dataset = dataset.map(_featurizer(extractor, feature_config), **calls)
+    if not config.speed_factors:
+        dataset = _cache(dataset, config.cache, cache_name)
+    if config.shuffle:
+        dataset = dataset.shuffle(
+            config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True
+        )
+    if config.spec_augment:
+        dataset = _with_seeds(dataset, config.seed, salt=2).map(_masker(config), **calls)
+    dataset = _batch(dataset, edges, config.batch_size, alphabet.blank)
+    dataset = dataset.map(_finisher(config), **calls).prefetch(config.prefetch)
+    return dataset.with_options(_options(config, input_context))
+
+
+def _pipeline_share(input_context: Any) -> tuple[int, int]:
+    """(number of input pipelines, this one's index)."""
+    if input_context is None:
+        return 1, 0
+    return int(input_context.num_input_pipelines), int(input_context.input_pipeline_id)
+
+
+def _records(
+    files: list[str], config: PipelineConfig, pipelines: int, index: int
+) -> tf.data.Dataset:
+    """Serialised records of this pipeline's share: whole files when there are enough of them
+    (each worker reads only its own), else every ``pipelines``-th record."""
+    import tensorflow as tf
+
+    by_file = len(files) >= pipelines
+    if by_file:
+        files = files[index::pipelines]
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if config.shuffle:
+        dataset = dataset.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
+    dataset = dataset.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(INTERLEAVE_FILES, len(files)),
+        num_parallel_calls=config.parallel_calls,
+        deterministic=config.deterministic,
+    )
+    return dataset if by_file else dataset.shard(pipelines, index)
+
+
+def _reader(encode: Callable[[Any, Any], Any]) -> Callable[[Any], Element]:
+    def read(serialized: Any) -> Element:
+        record = parse(serialized)
+        return {
+            "id": record["id"],
+            "transcript": record["transcript"],
+            "audio": record["audio"],
+            "labels": encode(record["transcript"], record["id"]),
+        }
+
+    return read
+
+
+def _speed_perturber(config: PipelineConfig) -> Callable[[Element, Any], Element]:
+    factors = config.speed_factors
+
+    def perturb(element: Element, seed: Any) -> Element:
+        return {**element, "audio": augment.speed_perturb(element["audio"], seed, factors)}
+
+    return perturb
+
+
+def _featurizer(extractor: FeatureExtractor, feature_config: Any) -> Callable[[Element], Element]:
+    def featurize(element: Element) -> Element:
+        import tensorflow as tf
+
+        features = tf.cast(extractor.extract(element["audio"], feature_config), tf.float32)
+        return {
+            "id": element["id"],
+            "transcript": element["transcript"],
+            "features": features,
+            "feature_length": tf.shape(features)[0],
+            "num_samples": tf.size(element["audio"]),
+            "labels": element["labels"],
+            "label_length": tf.size(element["labels"]),
+        }
+
+    return featurize
+
+
+def _masker(config: PipelineConfig) -> Callable[[Element, Any], Element]:
+    def mask(element: Element, seed: Any) -> Element:
+        features = augment.spec_augment(
+            element["features"],
+            seed,
+            freq_masks=config.freq_masks,
+            freq_mask_width=config.freq_mask_width,
+            time_masks=config.time_masks,
+            time_mask_width=config.time_mask_width,
+            time_mask_max_ratio=config.time_mask_max_ratio,
+        )
+        return {**element, "features": features}
+
+    return mask
+
+
+def _finisher(config: PipelineConfig) -> Callable[[Element], Element]:
+    """The batch as the training engine reads it (see the module docstring)."""
+    from asrkit.features import context_windows
+
+    def finish(batch: Element) -> Element:
+        out = {
+            "features": context_windows(batch["features"], config.context),
+            "feature_lengths": batch["feature_length"],
+            "labels": batch["labels"],
+            "label_lengths": batch["label_length"],
+        }
+        if config.with_text:
+            out["ids"] = batch["id"]
+            out["transcripts"] = batch["transcript"]
+        return out
+
+    return finish
+
+
+def _options(config: PipelineConfig, input_context: Any) -> tf.data.Options:
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.deterministic = config.deterministic
+    if input_context is not None:
+        # Sharded by _records; tf.distribute must not shard a second time.
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return options
+
+
+def _with_seeds(dataset: tf.data.Dataset, seed: int | None, salt: int) -> tf.data.Dataset:
+    """Pair each element with a stateless seed ``[2]``: reproducible for a seed, new each epoch."""
+    import tensorflow as tf
+
+    stream_seed = None if seed is None else seed * 1000 + salt
+    seeds = tf.data.Dataset.random(seed=stream_seed, rerandomize_each_iteration=True)
+    seeds = seeds.map(lambda value: tf.stack([value, tf.constant(salt, tf.int64)]))
+    return tf.data.Dataset.zip(dataset, seeds)
+
+
+def _cache_name(
+    split: str,
+    extractor: FeatureExtractor,
+    feature_config: Any,
+    alphabet: Alphabet,
+    config: PipelineConfig,
+    index: int,
+) -> str:
+    """A cache file name that changes with everything the cached values depend on, so a stale
+    cache (other features, alphabet or augmentation) is never read."""
+    key = repr((extractor.name, feature_config, alphabet.symbols, config.speed_factors))
+    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
+    return f"{split}-{extractor.name}-{digest}-{index}"
+
+
+def _cache(dataset: tf.data.Dataset, cache: str, name: str) -> tf.data.Dataset:
+    if cache == "none":
+        return dataset
+    if cache == "memory":
+        return dataset.cache()
+    folder = Path(cache)
+    folder.mkdir(parents=True, exist_ok=True)
+    return dataset.cache(str(folder / name))
+
+
+def _batch(
+    dataset: tf.data.Dataset, edges: Sequence[int], batch_size: int, blank: int
+) -> tf.data.Dataset:
+    import tensorflow as tf
+
+    padding_values = {
+        "id": tf.constant("", tf.string),
+        "transcript": tf.constant("", tf.string),
+        "features": tf.constant(0.0, tf.float32),
+        "feature_length": tf.constant(0, tf.int32),
+        "num_samples": tf.constant(0, tf.int32),
+        "labels": tf.constant(blank, tf.int32),
+        "label_length": tf.constant(0, tf.int32),
+    }
+    if not edges:
+        return dataset.padded_batch(batch_size, padding_values=padding_values)
+    return dataset.bucket_by_sequence_length(
+        element_length_func=lambda element: element["num_samples"],
+        bucket_boundaries=list(edges),
+        bucket_batch_sizes=[batch_size] * (len(edges) + 1),
+        padding_values=padding_values,
+        drop_remainder=False,
+    )
+
+
+# -- inspection ---------------------------------------------------------------------------------
+
+
+def as_tuple(batch: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """``(features, feature_lengths, labels, label_lengths)`` of a batch dict."""
+    return tuple(batch[key] for key in BATCH_KEYS)  # type: ignore[return-value]
+
+
+def padding_fraction(dataset: tf.data.Dataset, max_batches: int | None = None) -> float:
+    """Share of the feature frames in ``dataset``'s batches that are padding (one pass)."""
+    real = total = 0
+    for number, batch in enumerate(dataset.as_numpy_iterator()):
+        if max_batches is not None and number >= max_batches:
+            break
+        lengths = batch["feature_lengths"]
+        real += int(lengths.sum())
+        total += int(lengths.shape[0] * batch["features"].shape[1])
+    return 1.0 - real / total if total else 0.0

@@ -1,0 +1,469 @@
+"""Feature extractors computed inside the TensorFlow graph, and the context windows of Deep Speech.
+
+Why in the graph: features computed with ``tf.signal`` run inside ``tf.data`` (in parallel, ahead
+of the model) or on the accelerator, so training never waits for a Python loop. Two extractors are
+registered through the ``register_features`` hook:
+
+``mfcc``
+    Deep Speech's input: python_speech_features' ``mfcc`` with the notebook's settings (26 cepstra
+    at 16 kHz, 25 ms rectangular window, 10 ms step, pre-emphasis 0.97, 26 filters, 512-point FFT,
+    lifter 22, c0 replaced by the log frame energy). python_speech_features is the reference:
+    tf.signal's defaults differ in every step (window, filterbank shape, lifter, energy), so each
+    step here reproduces python_speech_features' own formula, including its mel filterbank
+    (triangles on FFT bins, built in numpy with the same arithmetic) and its framing (the last
+    frame is zero-padded; ``1 + ceil((samples - window) / step)`` frames).
+``logmel``
+    80 log mel filterbank energies (Hann window, HTK mel scale as ``tf.signal`` builds it), the
+    input of modern convolutional/transformer CTC models.
+
+Both take float32 audio in [-1, 1] at 16 kHz, shape ``[samples]`` (``extract``) or a padded batch
+``[batch, samples]`` with lengths (``extract_batch``), and can normalise each utterance (mean and
+variance per coefficient, or one mean and variance for the whole utterance, as the notebook did).
+
+TensorFlow and numpy are imported inside the functions: this module is loaded on every start of
+the command line (it is a plugin entry point) and must stay cheap to import.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from asrkit import hookimpl
+from asrkit.errors import AsrkitError
+from asrkit.hookspecs import Register
+from asrkit.types import FeatureExtractor
+
+if TYPE_CHECKING:
+    import numpy as np
+    import tensorflow as tf
+
+#: The sample rate every asrkit dataset stores (see :mod:`asrkit.data.shards`).
+SAMPLE_RATE = 16000
+#: python_speech_features floors filterbank energies and frame energies at float64 epsilon before
+#: the log (``numpy.finfo(float).eps``); the same floor keeps silent frames identical.
+FLOAT64_EPS = 2.220446049250313e-16
+#: 2**15: the notebook read 16-bit WAV files as integers, so its MFCCs are of int16-scaled audio.
+INT16_SCALE = 32768.0
+#: Per-utterance normalisation modes: none; zero mean and unit variance for each coefficient over
+#: the utterance's frames (CMVN); or one mean and variance over all the utterance's values (the
+#: notebook's whitening).
+NORMALIZATIONS = ("none", "feature", "utterance")
+#: Added to variances before dividing, so a constant coefficient does not divide by zero.
+NORMALIZE_EPSILON = 1e-5
+
+
+class FeatureError(AsrkitError):
+    """A feature configuration that cannot work (e.g. more cepstra than filters)."""
+
+
+# -- configurations -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MFCCConfig:
+    """python_speech_features' ``mfcc`` parameters; the defaults are the Deep Speech notebook's."""
+
+    num_cepstra: int = 26
+    num_filters: int = 26
+    window_ms: float = 25.0
+    step_ms: float = 10.0
+    fft_length: int = 512
+    preemphasis: float = 0.97
+    lifter: int = 22
+    append_energy: bool = True
+    low_hz: float = 0.0
+    high_hz: float | None = None  # None: the Nyquist frequency
+    #: Audio is multiplied by this before analysis. 32768 reproduces the notebook, which computed
+    #: MFCCs of int16 samples; 1.0 analyses [-1, 1] floats. Only c0 changes (by 2 ln(scale)).
+    pcm_scale: float = INT16_SCALE
+    normalize: str = "none"
+    sample_rate: int = SAMPLE_RATE
+
+    def __post_init__(self) -> None:
+        _check_common(self)
+        if not 0 < self.num_cepstra <= self.num_filters:
+            raise FeatureError(
+                f"num_cepstra={self.num_cepstra} must be between 1 and num_filters="
+                f"{self.num_filters}: the cepstra are the DCT of the filter energies"
+            )
+
+
+@dataclass(frozen=True)
+class LogMelConfig:
+    """Log mel filterbank energies, as modern CTC models (Conformer, QuartzNet) read them."""
+
+    num_mel_bins: int = 80
+    window_ms: float = 25.0
+    step_ms: float = 10.0
+    fft_length: int = 512
+    preemphasis: float = 0.97
+    #: "hann" (periodic, as tf.signal and torch use) or "rectangular".
+    window: str = "hann"
+    low_hz: float = 0.0
+    high_hz: float | None = None
+    #: Added to the mel energies before the log (NeMo's 2**-24), so silence stays finite.
+    log_guard: float = 2.0**-24
+    pcm_scale: float = 1.0
+    normalize: str = "none"
+    sample_rate: int = SAMPLE_RATE
+
+    def __post_init__(self) -> None:
+        _check_common(self)
+        if self.num_mel_bins < 1:
+            raise FeatureError(f"num_mel_bins must be positive, not {self.num_mel_bins}")
+        if self.window not in ("hann", "rectangular"):
+            raise FeatureError(f"window must be 'hann' or 'rectangular', not {self.window!r}")
+
+
+def _check_common(config: MFCCConfig | LogMelConfig) -> None:
+    if config.normalize not in NORMALIZATIONS:
+        raise FeatureError(
+            f"normalize={config.normalize!r} is not one of {', '.join(NORMALIZATIONS)}"
+        )
+    window, step = frame_geometry(config)
+    if not 0 < step <= window <= config.fft_length:
+        raise FeatureError(
+            f"need 0 < step ({step} samples) <= window ({window}) <= fft_length "
+            f"({config.fft_length})"
+        )
+    high = config.high_hz or config.sample_rate / 2
+    if not 0 <= config.low_hz < high <= config.sample_rate / 2:
+        raise FeatureError(
+            f"need 0 <= low_hz ({config.low_hz}) < high_hz ({high}) <= sample_rate / 2"
+        )
+
+
+# -- framing ------------------------------------------------------------------------------------
+
+
+def _round_half_up(value: float) -> int:
+    # python_speech_features rounds the window and step in samples half up (not to even).
+    return math.floor(value + 0.5)
+
+
+def frame_geometry(config: MFCCConfig | LogMelConfig) -> tuple[int, int]:
+    """The analysis window and step in samples."""
+    window = _round_half_up(config.window_ms / 1000 * config.sample_rate)
+    step = _round_half_up(config.step_ms / 1000 * config.sample_rate)
+    return window, step
+
+
+def count_frames(num_samples: Any, window: int, step: int) -> Any:
+    """Frames of ``num_samples`` samples as python_speech_features frames them: one frame for
+    anything up to a window, else ``1 + ceil((num_samples - window) / step)``, the last frame
+    zero-padded. Works on Python ints and on integer tensors."""
+    if isinstance(num_samples, numbers.Integral):
+        return 1 + max(0, -(-(int(num_samples) - window) // step))
+    import tensorflow as tf
+
+    n = tf.cast(num_samples, tf.int32)
+    return 1 + tf.maximum(0, -((window - n) // step))
+
+
+def _preemphasize(audio: tf.Tensor, coefficient: float) -> tf.Tensor:
+    """``y[0] = x[0]``, ``y[n] = x[n] - a x[n-1]`` along the last axis."""
+    import tensorflow as tf
+
+    if coefficient == 0:
+        return audio
+    return tf.concat([audio[..., :1], audio[..., 1:] - coefficient * audio[..., :-1]], axis=-1)
+
+
+def _squared_magnitude(frames: tf.Tensor, fft_length: int, window: np.ndarray | None) -> tf.Tensor:
+    """``|FFT|^2`` of each frame. python_speech_features' power spectrum is this divided by
+    ``fft_length`` (of audio times ``pcm_scale``); the extractors fold both constants into their
+    filterbank matrices, which saves two passes over the data."""
+    import tensorflow as tf
+
+    if window is not None:
+        frames = frames * tf.constant(window, tf.float32)
+    spectrum = tf.signal.rfft(frames, [fft_length])
+    real, imag = tf.math.real(spectrum), tf.math.imag(spectrum)
+    return real * real + imag * imag
+
+
+def _power_scale(config: MFCCConfig | LogMelConfig) -> float:
+    """The factor from ``|FFT|^2`` of [-1, 1] audio to the power spectrum of scaled audio."""
+    return config.pcm_scale**2 / config.fft_length
+
+
+# -- constant matrices, built once per configuration in float64 numpy ---------------------------
+
+
+def _hz_to_mel_psf(hz: Any) -> Any:
+    import numpy as np
+
+    return 2595 * np.log10(1 + hz / 700.0)
+
+
+def _mel_to_hz_psf(mel: Any) -> Any:
+    return 700 * (10 ** (mel / 2595.0) - 1)
+
+
+@functools.lru_cache(maxsize=32)
+def psf_filterbank(
+    num_filters: int, fft_length: int, sample_rate: int, low_hz: float, high_hz: float | None
+) -> np.ndarray:
+    """python_speech_features' ``get_filterbanks``: ``[num_filters, fft_length // 2 + 1]``.
+
+    Its triangles start, peak and end on whole FFT bins (the mel points are floored to bins), which
+    is why a smooth mel matrix such as tf.signal's does not reproduce its MFCCs.
+    """
+    import numpy as np
+
+    high_hz = high_hz or sample_rate / 2
+    mels = np.linspace(_hz_to_mel_psf(low_hz), _hz_to_mel_psf(high_hz), num_filters + 2)
+    bins = np.floor((fft_length + 1) * _mel_to_hz_psf(mels) / sample_rate)
+    bank = np.zeros([num_filters, fft_length // 2 + 1])
+    for j in range(num_filters):
+        left, centre, right = bins[j], bins[j + 1], bins[j + 2]
+        for i in range(int(left), int(centre)):
+            bank[j, i] = (i - left) / (centre - left)
+        for i in range(int(centre), int(right)):
+            bank[j, i] = (right - i) / (right - centre)
+    return bank
+
+
+@functools.lru_cache(maxsize=32)
+def _mfcc_matrices(config: MFCCConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Two matrices that turn a power spectrum into MFCCs with two matrix multiplies.
+
+    ``energies = |FFT|^2 @ first`` gives the filter energies plus, in the last column, the total
+    frame energy (a column of ones), scaled to python_speech_features' power spectrum.
+    ``log(energies) @ second`` is the orthonormal DCT-II of the log filter energies, truncated,
+    liftered, and with c0 taken from the log energy row.
+    """
+    import numpy as np
+
+    bank = psf_filterbank(
+        config.num_filters, config.fft_length, config.sample_rate, config.low_hz, config.high_hz
+    )
+    first = np.concatenate([bank.T, np.ones([bank.shape[1], 1])], axis=1) * _power_scale(config)
+
+    n = config.num_filters
+    k = np.arange(config.num_cepstra)[None, :]
+    i = np.arange(n)[:, None]
+    dct = np.cos(np.pi * k * (2 * i + 1) / (2 * n)) * np.sqrt(2.0 / n)  # [filters, cepstra]
+    dct[:, 0] = np.sqrt(1.0 / n)
+    if config.lifter > 0:
+        dct = dct * (1 + (config.lifter / 2.0) * np.sin(np.pi * k / config.lifter))
+    energy_row = np.zeros([1, config.num_cepstra])
+    if config.append_energy:
+        dct[:, 0] = 0.0
+        energy_row[0, 0] = 1.0
+    second = np.concatenate([dct, energy_row], axis=0)
+    return first.astype(np.float32), second.astype(np.float32)
+
+
+@functools.lru_cache(maxsize=32)
+def htk_mel_matrix(
+    num_mel_bins: int, fft_length: int, sample_rate: int, low_hz: float, high_hz: float | None
+) -> np.ndarray:
+    """``tf.signal.linear_to_mel_weight_matrix``'s formula in numpy: ``[bins, num_mel_bins]``
+    triangles on the HTK mel scale evaluated at each FFT bin's frequency; the DC bin is zero."""
+    import numpy as np
+
+    high_hz = high_hz or sample_rate / 2
+    num_bins = fft_length // 2 + 1
+
+    def mel(hz: Any) -> Any:
+        return 1127.0 * np.log1p(np.asarray(hz) / 700.0)
+
+    bin_mels = mel(np.linspace(0.0, sample_rate / 2, num_bins))[1:, None]
+    edges = np.linspace(mel(low_hz), mel(high_hz), num_mel_bins + 2)
+    lower, centre, upper = edges[:-2], edges[1:-1], edges[2:]
+    rising = (bin_mels - lower) / (centre - lower)
+    falling = (upper - bin_mels) / (upper - centre)
+    weights = np.maximum(0.0, np.minimum(rising, falling))
+    return np.pad(weights, [[1, 0], [0, 0]]).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=8)
+def _periodic_hann(length: int) -> np.ndarray:
+    import numpy as np
+
+    return (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(length) / length)).astype(np.float32)
+
+
+# -- normalisation and context ------------------------------------------------------------------
+
+
+def normalize(features: tf.Tensor, mode: str, lengths: tf.Tensor | None = None) -> tf.Tensor:
+    """Normalise each utterance: ``mode`` is one of :data:`NORMALIZATIONS`.
+
+    ``features`` is ``[frames, features]`` or a padded batch ``[batch, frames, features]`` with
+    ``lengths``; padded frames do not count in the statistics and stay zero.
+    """
+    import tensorflow as tf
+
+    if mode == "none":
+        return features
+    if mode not in NORMALIZATIONS:
+        raise FeatureError(f"normalize={mode!r} is not one of {', '.join(NORMALIZATIONS)}")
+    if features.shape.rank == 2 and lengths is None:  # one utterance: no padding to mask
+        axes = [0] if mode == "feature" else [0, 1]
+        mean, variance = tf.nn.moments(features, axes=axes, keepdims=True)
+        return (features - mean) * tf.math.rsqrt(variance + NORMALIZE_EPSILON)
+    batched = features.shape.rank == 3
+    if not batched:
+        features = features[tf.newaxis]
+    frames = tf.shape(features)[1]
+    if lengths is None:
+        lengths = tf.fill([tf.shape(features)[0]], frames)
+    mask = tf.sequence_mask(lengths, frames, dtype=features.dtype)[:, :, tf.newaxis]
+    axes = [1] if mode == "feature" else [1, 2]
+    count = tf.reduce_sum(mask, axis=1, keepdims=True)
+    if mode == "utterance":
+        count = count * tf.cast(tf.shape(features)[2], features.dtype)
+    count = tf.maximum(count, 1.0)
+    mean = tf.reduce_sum(features * mask, axis=axes, keepdims=True) / count
+    centred = (features - mean) * mask
+    variance = tf.reduce_sum(centred * centred, axis=axes, keepdims=True) / count
+    result = centred * tf.math.rsqrt(variance + NORMALIZE_EPSILON)
+    return result if batched else result[0]
+
+
+def context_width(num_features: int, context: int) -> int:
+    """Inputs a step with ``context`` frames each side: 26 + 2 * 26 * 9 = 494 for Deep Speech."""
+    return num_features * (2 * context + 1)
+
+
+def context_windows(features: tf.Tensor, context: int) -> tf.Tensor:
+    """Stack each frame with ``context`` frames before and after it, as the Deep Speech notebook
+    fed its network: ``[..., frames, F] -> [..., frames, (2 * context + 1) * F]``, in time order
+    (``x[t-C], ..., x[t], ..., x[t+C]``). Frames beyond the ends are zeros, so on a zero-padded
+    batch every utterance gets exactly the windows it would get alone.
+    """
+    import tensorflow as tf
+
+    if context < 0:
+        raise FeatureError(f"context must be >= 0, not {context}")
+    if context == 0:
+        return features
+    rank = features.shape.rank
+    paddings = [[0, 0]] * (rank - 2) + [[context, context], [0, 0]]
+    padded = tf.pad(features, paddings)
+    windows = tf.signal.frame(padded, 2 * context + 1, 1, axis=-2)  # [..., T, 2C+1, F]
+    shape = tf.shape(windows)
+    width = (2 * context + 1) * features.shape[-1] if features.shape[-1] is not None else -1
+    return tf.reshape(windows, tf.concat([shape[:-2], [width]], axis=0))
+
+
+# -- extractors ---------------------------------------------------------------------------------
+
+
+class SpectralExtractor(FeatureExtractor):
+    """Shared framing of the spectral extractors: pre-emphasis, python_speech_features' framing,
+    power spectrum; subclasses turn the power spectrum into features."""
+
+    def num_frames(self, num_samples: Any, config: Any) -> Any:
+        """Frames out for ``num_samples`` samples in (Python int or integer tensor)."""
+        window, step = frame_geometry(config)
+        return count_frames(num_samples, window, step)
+
+    @abstractmethod
+    def _window(self, config: Any) -> np.ndarray | None:
+        """The analysis window, or None for a rectangular one."""
+
+    @abstractmethod
+    def _from_power(self, power: tf.Tensor, config: Any) -> tf.Tensor:
+        """Features ``[..., frames, num_features]`` of ``|FFT|^2`` ``[..., frames, bins]``."""
+
+    def extract(self, audio: Any, config: Any) -> Any:
+        """Features ``[frames, num_features]`` of float32 audio ``[samples]`` in [-1, 1]."""
+        import tensorflow as tf
+
+        window, step = frame_geometry(config)
+        audio = tf.convert_to_tensor(audio, tf.float32)
+        signal = _preemphasize(audio, config.preemphasis)
+        frames_count = count_frames(tf.size(signal), window, step)
+        padding = (frames_count - 1) * step + window - tf.size(signal)
+        frames = tf.signal.frame(tf.pad(signal, [[0, padding]]), window, step)
+        power = _squared_magnitude(frames, config.fft_length, self._window(config))
+        return normalize(self._from_power(power, config), config.normalize)
+
+    def extract_batch(self, audio: Any, lengths: Any, config: Any) -> tuple[Any, Any]:
+        """Features of a zero-padded batch ``[batch, samples]`` with ``lengths`` (samples):
+        ``([batch, frames, num_features], frame_lengths [batch])``. Each utterance gets the
+        features ``extract`` gives it alone; frames past its end are zero."""
+        import tensorflow as tf
+
+        window, step = frame_geometry(config)
+        audio = tf.convert_to_tensor(audio, tf.float32)
+        lengths = tf.cast(lengths, tf.int32)
+        samples = tf.shape(audio)[1]
+        in_range = tf.sequence_mask(lengths, samples, dtype=tf.float32)
+        # Pre-emphasis would leak the last sample into the padding; python_speech_features pads
+        # with zeros *after* pre-emphasis, so mask after it.
+        signal = _preemphasize(audio * in_range, config.preemphasis) * in_range
+        frame_lengths = count_frames(lengths, window, step)
+        padding = (count_frames(samples, window, step) - 1) * step + window - samples
+        frames = tf.signal.frame(tf.pad(signal, [[0, 0], [0, padding]]), window, step)
+        power = _squared_magnitude(frames, config.fft_length, self._window(config))
+        features = self._from_power(power, config)
+        features = features[:, : tf.reduce_max(frame_lengths)]
+        mask = tf.sequence_mask(frame_lengths, tf.shape(features)[1], dtype=tf.float32)
+        features = normalize(features * mask[:, :, tf.newaxis], config.normalize, frame_lengths)
+        return features, frame_lengths
+
+
+class MFCC(SpectralExtractor):
+    """Deep Speech's MFCCs, equal to python_speech_features' ``mfcc`` (see the module docstring)."""
+
+    name = "mfcc"
+    description = "MFCC as python_speech_features computes it (Deep Speech's input)"
+    Config = MFCCConfig
+
+    def num_features(self, config: MFCCConfig) -> int:
+        return config.num_cepstra
+
+    def _window(self, config: MFCCConfig) -> None:
+        return None
+
+    def _from_power(self, power: tf.Tensor, config: MFCCConfig) -> tf.Tensor:
+        import tensorflow as tf
+
+        first, second = _mfcc_matrices(config)
+        energies = power @ tf.constant(first)
+        logs = tf.math.log(tf.maximum(energies, FLOAT64_EPS))
+        return logs @ tf.constant(second)
+
+
+class LogMel(SpectralExtractor):
+    """Log mel filterbank energies (80 by default) for modern models."""
+
+    name = "logmel"
+    description = "log mel filterbank energies (80 bins, Hann window), for modern CTC models"
+    Config = LogMelConfig
+
+    def num_features(self, config: LogMelConfig) -> int:
+        return config.num_mel_bins
+
+    def _window(self, config: LogMelConfig) -> np.ndarray | None:
+        window, _ = frame_geometry(config)
+        return _periodic_hann(window) if config.window == "hann" else None
+
+    def _from_power(self, power: tf.Tensor, config: LogMelConfig) -> tf.Tensor:
+        import tensorflow as tf
+
+        matrix = htk_mel_matrix(
+            config.num_mel_bins,
+            config.fft_length,
+            config.sample_rate,
+            config.low_hz,
+            config.high_hz,
+        )
+        matrix = matrix * _power_scale(config)
+        return tf.math.log(power @ tf.constant(matrix) + config.log_guard)
+
+
+@hookimpl
+def register_features(register: Register) -> None:
+    """asrkit's own extractors, registered like any plugin's."""
+    register(MFCC())
+    register(LogMel())
