@@ -1,0 +1,214 @@
+"""``folder``: any folder of audio files with their transcripts, ``asrkit import folder PATH``.
+
+For the recordings a user made or collected, with no corpus-specific importer. Two layouts are
+read (a listing wins when both are present):
+
+1. **A transcript beside each recording**: ``x.wav`` and ``x.txt`` in the same folder, at any
+   depth. The ``.txt`` holds the transcript (several lines are joined). A recording without a
+   ``.txt`` is listed in ``dataset.json`` as skipped ("empty transcript"), a ``.txt`` without a
+   recording (a README) is ignored. The speaker is the name of the folder holding the file
+   (none at the top level). The split is ``--split``; without it, a top-level folder named
+   ``train``, ``dev`` or ``test`` gives it, and everything else is ``train``.
+2. **A listing**: a ``.tsv`` (tab-separated) or ``.csv`` file at the top of the folder whose
+   header names the audio file (``file``, ``path``, ``filename``, ``wav_filename`` or ``audio``)
+   and the transcript (``transcript``, ``text`` or ``sentence``), and optionally ``split`` and
+   ``speaker``. Paths are relative to the folder (absolute paths inside it work too). A row's
+   split is its ``split`` column, else ``--split``, else the listing's name when it is
+   ``train``, ``dev`` or ``test`` (``dev.tsv``), else ``train``. Several listings are read.
+
+Any format sox reads is accepted (WAV, FLAC, MP3, Ogg, Opus, SPHERE, ...), at any rate and
+channel count; everything is converted to 16 kHz mono 16-bit. The utterance id is the file's
+path in the folder without the extension. The dataset is named by ``--name``, by default the
+folder's own name.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import posixpath
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from asrkit import hookimpl
+from asrkit.errors import AsrkitError
+from asrkit.types import Importer, Resource, Utterance
+
+AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".sph", ".nist", ".m4a", ".aiff",
+                    ".aif", ".au")
+FILE_COLUMNS = ("file", "path", "filename", "wav_filename", "audio")
+TEXT_COLUMNS = ("transcript", "text", "sentence")
+SPLIT_NAMES = ("train", "dev", "test")
+DEFAULT_SPLIT = "train"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def check_split(split: str, where: str) -> str:
+    """A split name becomes a file name (``<split>.csv``): letters, digits, ``._+-`` only."""
+    if not _SAFE_NAME.match(split):
+        raise AsrkitError(f"{where}: split name {split!r} must be letters, digits, '.', '_', "
+                          "'+' or '-'")
+    return split
+
+
+def dataset_name_from(path: Path) -> str:
+    """A folder name usable as a dataset name."""
+    name = _UNSAFE.sub("_", Path(path).resolve().name).strip("._") or "folder"
+    return name
+
+
+def _read_table(data: bytes, name: str) -> tuple[list[str], list[dict[str, str]]]:
+    text = data.decode("utf-8-sig")
+    if name.endswith(".tsv"):  # TSV listings (Common Voice's, SpeechBrain's) are never quoted
+        reader = csv.DictReader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+        reader = csv.DictReader(io.StringIO(text))
+    fields = [f.strip() for f in reader.fieldnames or []]
+    rows = [{(k or "").strip().lower(): (v or "").strip() for k, v in row.items()
+             if isinstance(v, str)} for row in reader]
+    return [f.lower() for f in fields], rows
+
+
+def _pick(fields: list[str], wanted: Sequence[str]) -> str | None:
+    return next((name for name in wanted if name in fields), None)
+
+
+class FolderImporter(Importer):
+    name = "folder"
+    description = "A folder of audio files with transcripts (x.wav + x.txt, or a TSV/CSV list)."
+    homepage = ""
+    license = ""  # the recordings are the user's own: their licence is not known here
+
+    def options(self) -> list[click.Parameter]:
+        return [
+            click.Argument(["path"], type=click.Path(exists=True, file_okay=False,
+                                                     path_type=Path)),
+            click.Option(["--split"], default=None, metavar="NAME",
+                         help="Put every utterance in this split [default: a split column, "
+                              "else train/dev/test folders or listings, else train]."),
+            click.Option(["--name"], default=None,
+                         help="Dataset name [default: the folder's name]."),
+        ]
+
+    def dataset_name(self, options: Mapping[str, Any]) -> str:
+        name = options.get("name")
+        if name:
+            if not _SAFE_NAME.match(name):
+                raise AsrkitError(f"--name {name!r}: use letters, digits, '.', '_', '+', '-'")
+            return name
+        return dataset_name_from(Path(options["path"]))
+
+    def resources(self, options: Mapping[str, Any]) -> list[Resource]:
+        path = Path(options["path"])
+        return [Resource(filename=path.name or str(path), path=str(path))]
+
+    def is_metadata(self, member: str) -> bool:
+        if member.endswith(".txt"):
+            return True
+        # Listings are read from the top of the folder only.
+        return "/" not in member and member.endswith((".tsv", ".csv"))
+
+    def prepare(self, metadata: Mapping[str, bytes], members: Sequence[str],
+                options: Mapping[str, Any]) -> Iterator[Utterance]:
+        forced = options.get("split")
+        if forced:
+            check_split(forced, "--split")
+        listings = self._listings(metadata)
+        if listings:
+            utterances = self._from_listings(listings, options, forced)
+        else:
+            utterances = self._beside(metadata, members, forced)
+        seen: set[tuple[str, str]] = set()
+        taken: set[tuple[str, str]] = set()
+        found = False
+        for utterance, member in utterances:
+            found = True
+            if (utterance.split, member) in seen:
+                continue  # listed twice
+            seen.add((utterance.split, member))
+            if (utterance.split, utterance.id) in taken:  # x.wav and x.flac side by side
+                utterance = replace(utterance, id=member)
+            taken.add((utterance.split, utterance.id))
+            yield utterance
+        if not found:
+            raise AsrkitError(
+                f"{options['path']} holds no audio with a transcript: put x.txt beside each "
+                "x.wav, or list them in a TSV/CSV with columns file (or path) and transcript "
+                "(or text, sentence)"
+            )
+
+    def _listings(self, metadata: Mapping[str, bytes]) -> dict[str, tuple[str, str, list]]:
+        """Top-level tables that name a file and a transcript column."""
+        found = {}
+        for name in sorted(metadata):
+            if not name.endswith((".tsv", ".csv")) or "/" in name:
+                continue
+            fields, rows = _read_table(metadata[name], name)
+            file_column, text_column = _pick(fields, FILE_COLUMNS), _pick(fields, TEXT_COLUMNS)
+            if file_column and text_column:
+                found[name] = (file_column, text_column, rows)
+        return found
+
+    def _from_listings(self, listings: dict[str, tuple[str, str, list]],
+                       options: Mapping[str, Any],
+                       forced: str | None) -> Iterator[tuple[Utterance, str]]:
+        root = Path(options["path"]).resolve()
+        for name, (file_column, text_column, rows) in listings.items():
+            stem = posixpath.splitext(name)[0]
+            default = forced or (stem if stem in SPLIT_NAMES else DEFAULT_SPLIT)
+            for line, row in enumerate(rows, 2):
+                audio = row.get(file_column, "")
+                if not audio:
+                    raise AsrkitError(f"{name}:{line}: the {file_column} column is empty")
+                member = _member(audio, root)
+                split = check_split(row.get("split") or default, f"{name}:{line}")
+                yield Utterance(
+                    id=posixpath.splitext(member)[0],
+                    split=split,
+                    audio=member,
+                    transcript=row.get(text_column, ""),
+                    speaker=row.get("speaker", ""),
+                ), member
+
+    def _beside(self, metadata: Mapping[str, bytes], members: Sequence[str],
+                forced: str | None) -> Iterator[tuple[Utterance, str]]:
+        for member in sorted(members):
+            stem, extension = posixpath.splitext(member)
+            if extension.lower() not in AUDIO_EXTENSIONS:
+                continue
+            text = metadata.get(stem + ".txt", b"").decode("utf-8-sig")
+            folder = posixpath.dirname(member)
+            top, _, rest = member.partition("/") if "/" in member else ("", "", member)
+            in_split_folder = not forced and top in SPLIT_NAMES
+            split = forced or (top if in_split_folder else DEFAULT_SPLIT)
+            speaker = posixpath.basename(folder)
+            yield Utterance(
+                # train/spk1/a.wav is spk1/a: the split folder says the split, not the name.
+                id=posixpath.splitext(rest)[0] if in_split_folder else stem,
+                split=split,
+                audio=member,
+                transcript=" ".join(text.split()),
+                speaker="" if speaker in SPLIT_NAMES and folder == top else speaker,
+            ), member
+
+
+def _member(audio: str, root: Path) -> str:
+    """A listed path as a member name of the folder (relative, POSIX)."""
+    audio = audio.replace("\\", "/")
+    if posixpath.isabs(audio):
+        try:
+            return Path(audio).resolve().relative_to(root).as_posix()
+        except ValueError:
+            return audio  # outside the folder: reported as "audio file missing"
+    return posixpath.normpath(audio)
+
+
+@hookimpl
+def register_importers(register: Any) -> None:
+    register(FolderImporter())
