@@ -9,10 +9,11 @@ import os
 
 # TensorFlow reads these when it is first imported, which asrkit always does later and lazily.
 # oneDNN is off by default on AMD CPUs although it makes training 1.3x faster there
-# (docs/performance.md); TensorFlow's C++ start-up chatter hides asrkit's own output.
+# (docs/performance.md); TensorFlow's C++ start-up chatter (even harmless "errors" about
+# CUDA on a machine without a GPU) would bury asrkit's own output.
 # A user's own setting of either variable wins.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from asrkit.errors import AsrkitError
 from asrkit.hookspecs import hookimpl

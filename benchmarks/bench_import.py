@@ -27,7 +27,6 @@ import sys
 import tarfile
 import tempfile
 import time
-import wave
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

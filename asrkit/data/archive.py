@@ -187,4 +187,7 @@ def scan_sources(sources: list[Source], is_metadata: Callable[[str], bool]) -> S
         scan.members += [name for name in part.members if name not in before]
         scan.metadata.update(part.metadata)
         scan.links.update(part.links)
+    for link in scan.links:  # a linked transcript reads as its target (TED-LIUM 3's legacy/)
+        if is_metadata(link) and scan.resolve(link) in scan.metadata:
+            scan.metadata[link] = scan.metadata[scan.resolve(link)]
     return scan

@@ -103,4 +103,5 @@ def import_command(importer: Importer) -> click.Command:
                f"Licence: {importer.license}" if importer.license else ""]
     help_text = doc + "\n\n" + "\n\n".join(d for d in details if d)
     return click.Command(importer.name, callback=callback, params=params, help=help_text,
-                         short_help=doc.split("\n")[0][:80])
+                         short_help=doc.split("\n")[0][:80],
+                         context_settings={"max_content_width": 100})

@@ -16,6 +16,7 @@ and rerun produces byte-identical output to one that never stopped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -105,7 +106,8 @@ def _fetch(resources: list[Resource], config: ImportConfig) -> tuple[list[Path],
         else:
             path, digest = download.fetch(resource, config.home / "downloads", options)
         paths.append(path)
-        record.append({"filename": resource.filename, "url": resource.url, "sha256": digest})
+        record.append({"filename": path.name if given is not None else resource.filename,
+                       "url": resource.url, "sha256": digest})
     return paths, record
 
 
@@ -316,14 +318,35 @@ def write_shards(dataset: Path, split: str, rows: list[tuple[str, Row]],
     return names
 
 
-def _fingerprint(importer: Importer, options: Mapping[str, Any], config: ImportConfig) -> dict:
+def _fingerprint(importer: Importer, options: Mapping[str, Any], resources: list[Resource],
+                 config: ImportConfig) -> dict:
+    """What the output depends on. Compared before anything is fetched, so it must be cheap:
+    published checksums for downloads, and size and time stamps for the user's own files."""
     return {
         "format": FORMAT_VERSION,
         "importer": importer.name,
         "options": {k: _jsonable(v) for k, v in sorted(options.items())},
+        "sources": [_source_key(r, resources, config) for r in resources],
         "max_seconds": config.max_seconds,
         "alphabet": list(config.alphabet.symbols),
     }
+
+
+def _source_key(resource: Resource, resources: list[Resource],
+                config: ImportConfig) -> dict[str, Any]:
+    given = resource.path or _given_archive(resource, resources, config.archives,
+                                            {p.name: p for p in config.archives})
+    if given is None:
+        return {"filename": resource.filename, "sha256": resource.sha256}
+    path = Path(given).resolve()
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    listing = hashlib.sha256()
+    for file in files:
+        if file.is_file():
+            stat = file.stat()
+            listing.update(f"{file.relative_to(path.parent)}|{stat.st_size}|{stat.st_mtime_ns}\n"
+                           .encode())
+    return {"path": str(path), "listing": listing.hexdigest()}
 
 
 def _jsonable(value: Any) -> Any:
@@ -340,7 +363,8 @@ def run_import(importer: Importer, options: Mapping[str, Any], config: ImportCon
     name = importer.dataset_name(options)
     dataset = config.output or config.home / "datasets" / name
     state = dataset / STATE_DIR
-    fingerprint = _fingerprint(importer, options, config)
+    resources = importer.resources(options)
+    fingerprint = _fingerprint(importer, options, resources, config)
     report_path = dataset / DATASET_JSON
     if config.force and dataset.exists():
         shutil.rmtree(dataset)
@@ -359,7 +383,7 @@ def run_import(importer: Importer, options: Mapping[str, Any], config: ImportCon
         state.mkdir(parents=True)
     write_json(saved, fingerprint)
 
-    paths, fetched = _fetch(importer.resources(options), config)
+    paths, fetched = _fetch(resources, config)
     sources = [Source(path, progress=config.progress) for path in paths]
     scan = scan_sources(sources, importer.is_metadata)
     utterances = importer.prepare(scan.metadata, scan.members, options)
