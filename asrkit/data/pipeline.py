@@ -262,6 +262,7 @@ def make_dataset(
     feature_config: Any = None,
     config: PipelineConfig | None = None,
     input_context: tf.distribute.InputContext | None = None,
+    seed: Any = None,
 ) -> tf.data.Dataset:
     """Batches of one split of an imported dataset (see the module docstring for their keys).
 
@@ -269,7 +270,13 @@ def make_dataset(
     ``feature_config`` defaults to ``extractor.Config()``. Under ``tf.distribute``, call this
     from ``strategy.distribute_datasets_from_function`` with its ``input_context``: each input
     pipeline then reads a disjoint share of the split.
+
+    ``seed`` overrides ``config.seed`` and may be a scalar ``tf.int64`` tensor: training builds
+    every epoch inside one dataset (``Dataset.range(epochs).flat_map``) with the seed
+    ``seed + epoch``, so that an epoch's order depends on the seed and the epoch alone (and a
+    resumed run replays it exactly) without building a new pipeline every epoch.
     """
+    seed = (config or PipelineConfig()).seed if seed is None else seed
     config = config or PipelineConfig()
     extractor = resolve_extractor(extractor)
     feature_config = extractor.Config() if feature_config is None else feature_config
@@ -284,23 +291,23 @@ def make_dataset(
     cache_name = _cache_name(split, extractor, feature_config, alphabet, config, index)
     calls = {"num_parallel_calls": config.parallel_calls, "deterministic": config.deterministic}
 
-    dataset = _records(files, config, pipelines, index)
+    dataset = _records(files, config, pipelines, index, seed)
     dataset = dataset.map(_reader(label_encoder(alphabet)), **calls)
     if config.speed_factors:
         dataset = _cache(dataset, config.cache, cache_name)  # audio: each epoch perturbs anew
-        dataset = _with_seeds(dataset, config.seed, salt=1).map(_speed_perturber(config), **calls)
+        dataset = _with_seeds(dataset, seed, salt=1).map(_speed_perturber(config), **calls)
     dataset = dataset.map(_featurizer(extractor, feature_config), **calls)
     if not config.speed_factors:
         dataset = _cache(dataset, config.cache, cache_name)
     if config.shuffle:
         dataset = dataset.shuffle(
-            config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True
+            config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True
         )
     if config.spec_augment:
-        dataset = _with_seeds(dataset, config.seed, salt=2).map(_masker(config), **calls)
+        dataset = _with_seeds(dataset, seed, salt=2).map(_masker(config), **calls)
     dataset = _batch(dataset, edges, config.batch_size, alphabet.blank)
     dataset = dataset.map(_finisher(config), **calls).prefetch(config.prefetch)
-    return dataset.with_options(_options(config, input_context))
+    return dataset.with_options(dataset_options(config, input_context))
 
 
 def _pipeline_share(input_context: Any) -> tuple[int, int]:
@@ -311,7 +318,7 @@ def _pipeline_share(input_context: Any) -> tuple[int, int]:
 
 
 def _records(
-    files: list[str], config: PipelineConfig, pipelines: int, index: int
+    files: list[str], config: PipelineConfig, pipelines: int, index: int, seed: Any
 ) -> tf.data.Dataset:
     """Serialised records of this pipeline's share: whole files when there are enough of them
     (each worker reads only its own), else every ``pipelines``-th record."""
@@ -322,7 +329,7 @@ def _records(
         files = files[index::pipelines]
     dataset = tf.data.Dataset.from_tensor_slices(files)
     if config.shuffle:
-        dataset = dataset.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.interleave(
         tf.data.TFRecordDataset,
         cycle_length=min(INTERLEAVE_FILES, len(files)),
@@ -407,7 +414,8 @@ def _finisher(config: PipelineConfig) -> Callable[[Element], Element]:
     return finish
 
 
-def _options(config: PipelineConfig, input_context: Any) -> tf.data.Options:
+def dataset_options(config: PipelineConfig, input_context: Any) -> tf.data.Options:
+    """Options of a pipeline's dataset; a dataset that wraps pipelines needs them too."""
     import tensorflow as tf
 
     options = tf.data.Options()
@@ -418,11 +426,11 @@ def _options(config: PipelineConfig, input_context: Any) -> tf.data.Options:
     return options
 
 
-def _with_seeds(dataset: tf.data.Dataset, seed: int | None, salt: int) -> tf.data.Dataset:
+def _with_seeds(dataset: tf.data.Dataset, seed: Any, salt: int) -> tf.data.Dataset:
     """Pair each element with a stateless seed ``[2]``: reproducible for a seed, new each epoch."""
     import tensorflow as tf
 
-    stream_seed = None if seed is None else seed * 1000 + salt
+    stream_seed = None if seed is None else tf.cast(seed, tf.int64) * 1000 + salt
     seeds = tf.data.Dataset.random(seed=stream_seed, rerandomize_each_iteration=True)
     seeds = seeds.map(lambda value: tf.stack([value, tf.constant(salt, tf.int64)]))
     return tf.data.Dataset.zip(dataset, seeds)

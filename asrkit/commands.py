@@ -1,0 +1,94 @@
+"""asrkit's own top-level commands beyond ``plugins`` and ``import``: ``train`` and ``evaluate``.
+
+Registered through the ``register_commands`` hook from asrkit's own entry point, like any
+plugin's commands. TensorFlow is imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from asrkit import hookimpl
+
+
+@click.command("train")
+@click.option("--model", "-m", default=None, help="Registered model name [default: brnn].")
+@click.option("--dataset", "-d", default=None,
+              help="Imported dataset: a name under $ASRKIT_HOME/datasets or a folder "
+                   "[default: sample].")
+@click.option("--epochs", type=int, default=None, help="Epochs [default: 10].")
+@click.option("--batch-size", type=int, default=None,
+              help="Utterances per batch per device [default: 16].")
+@click.option("--learning-rate", type=float, default=None, help="Adam's [default: 0.001].")
+@click.option("--devices", default=None,
+              help="Devices as towers: every GPU by default (the CPU if none), 'cpu', or GPU "
+                   "indices '0,1'.")
+@click.option("--mixed-precision", is_flag=True, default=None, help="float16 compute on GPU.")
+@click.option("--seed", type=int, default=None, help="Seed of data order and initialisation.")
+@click.option("--run-dir", type=click.Path(path_type=Path), default=None,
+              help="Run folder [default: runs/<model>-<n>].")
+@click.option("--resume", "resume", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Continue a run from its latest checkpoint (other options are ignored).")
+@click.option("-o", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Set any setting: epochs=5, model.n_hidden=100, features.normalize=feature, "
+                   "pipeline.num_buckets=8 (see docs/training.md).")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+def train_command(model: str | None, dataset: str | None, epochs: int | None,
+                  batch_size: int | None, learning_rate: float | None, devices: str | None,
+                  mixed_precision: bool | None, seed: int | None, run_dir: Path | None,
+                  resume: Path | None, overrides: tuple[str, ...], no_progress: bool) -> None:
+    """Train a model on an imported dataset (CTC; every GPU as a tower, else the CPU).
+
+    A killed run continues exactly where it stopped with `asrkit train --resume RUN`.
+    """
+    from asrkit.runs import load_run, new_run
+    from asrkit.train.config import TrainConfig
+    from asrkit.train.engine import Trainer
+
+    if resume:
+        run = load_run(resume)
+    else:
+        named: dict[str, Any] = {
+            "model": model, "dataset": dataset, "epochs": epochs, "batch_size": batch_size,
+            "learning_rate": learning_rate, "devices": devices, "seed": seed,
+            "mixed_precision": mixed_precision,
+        }
+        train = TrainConfig(**{k: v for k, v in named.items() if v is not None})
+        run = new_run(train, list(overrides), run_dir)
+    click.echo(f"run: {run.folder}")
+    state = Trainer(run, progress=not no_progress).fit()
+    click.echo(f"finished after {state.global_step} steps ({state.stop_reason}); "
+               f"report: {run.folder / 'report.txt'}")
+
+
+@click.command("evaluate")
+@click.argument("run", type=click.Path(exists=True, path_type=Path))
+@click.option("--split", default="test", show_default=True)
+@click.option("--decoder", default=None, help="Registered decoder [default: the run's].")
+@click.option("--checkpoint", type=click.Choice(["best", "latest"]), default="best",
+              show_default=True)
+@click.option("--json", "json_file", type=click.Path(path_type=Path), default=None,
+              help="Also write the full results (every utterance) as JSON here ('-': stdout).")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+def evaluate_command(run: Path, split: str, decoder: str | None, checkpoint: str,
+                     json_file: Path | None, no_progress: bool) -> None:
+    """Corpus WER and CER of a trained run on a split, with best, median and worst samples."""
+    from asrkit.evaluate import evaluate_run
+
+    evaluation = evaluate_run(run, split, decoder, checkpoint, progress=not no_progress)
+    if json_file is not None and str(json_file) == "-":
+        click.echo(json.dumps(evaluation.to_json(), indent=2))
+        return
+    click.echo(evaluation.text())
+    if json_file is not None:
+        json_file.write_text(json.dumps(evaluation.to_json(), indent=2) + "\n")
+
+
+@hookimpl
+def register_commands(cli: click.Group) -> None:
+    cli.add_command(train_command)
+    cli.add_command(evaluate_command)

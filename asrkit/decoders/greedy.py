@@ -1,0 +1,30 @@
+"""``greedy``: best-path CTC decoding (the most likely class a frame, repeats merged, blanks
+dropped). Exact for a model whose output is peaked, and thousands of utterances a second."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asrkit import hookimpl
+from asrkit.types import Decoder
+
+
+class GreedyDecoder(Decoder):
+    name = "greedy"
+    description = "Best-path CTC decoding: argmax per frame, repeats merged, blanks removed."
+
+    def decode(self, logits: Any, lengths: Any, alphabet: Any) -> list[str]:
+        import numpy as np
+
+        best = np.argmax(np.asarray(logits), axis=-1)
+        texts = []
+        for path, length in zip(best, np.asarray(lengths), strict=True):
+            path = path[: int(length)]
+            keep = path[np.insert(path[1:] != path[:-1], 0, True)] if len(path) else path
+            texts.append(alphabet.decode(int(c) for c in keep if c != alphabet.blank))
+        return texts
+
+
+@hookimpl
+def register_decoders(register: Any) -> None:
+    register(GreedyDecoder())

@@ -1,0 +1,149 @@
+"""Evaluation: run a model over a split, decode, score, and report.
+
+The report lists corpus WER and CER (sums of edit distances over sums of reference lengths),
+the mean CTC loss, and the best, median and worst utterances with reference and hypothesis, as
+the Deep Speech notebook and DeepSpeech's reports did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from asrkit.metrics import Score, corpus_score, score
+
+
+@dataclass
+class UtteranceResult:
+    id: str
+    reference: str
+    hypothesis: str
+    loss: float
+    wer: float
+    cer: float
+
+
+@dataclass
+class Evaluation:
+    split: str
+    decoder: str
+    loss: float
+    total: Score
+    utterances: list[UtteranceResult] = field(default_factory=list)
+
+    @property
+    def wer(self) -> float:
+        return self.total.wer
+
+    @property
+    def cer(self) -> float:
+        return self.total.cer
+
+    def samples(self, count: int = 3) -> dict[str, list[UtteranceResult]]:
+        """Best, median and worst utterances by WER (then loss), as in DeepSpeech's report."""
+        ranked = sorted(self.utterances, key=lambda u: (u.wer, u.loss))
+        middle = max(0, len(ranked) // 2 - count // 2)
+        return {"best": ranked[:count], "median": ranked[middle:middle + count],
+                "worst": ranked[-count:][::-1]}
+
+    def to_json(self) -> dict[str, Any]:
+        def row(u: UtteranceResult) -> dict[str, Any]:
+            return {"id": u.id, "reference": u.reference, "hypothesis": u.hypothesis,
+                    "loss": round(u.loss, 4), "wer": round(u.wer, 4), "cer": round(u.cer, 4)}
+
+        return {
+            "split": self.split, "decoder": self.decoder, "utterances": len(self.utterances),
+            "wer": self.wer, "cer": self.cer, "loss": self.loss,
+            "word_errors": self.total.word_errors, "words": self.total.words,
+            "char_errors": self.total.char_errors, "chars": self.total.chars,
+            "samples": {k: [row(u) for u in v] for k, v in self.samples().items()},
+            "results": [row(u) for u in self.utterances],
+        }
+
+    def text(self) -> str:
+        lines = [f"{self.split}: {len(self.utterances)} utterances, WER {self.wer:.2%}, "
+                 f"CER {self.cer:.2%}, loss {self.loss:.3f} ({self.decoder} decoder)"]
+        for kind, rows in self.samples().items():
+            lines.append(f"\n{kind}:")
+            for u in rows:
+                lines.append(f"  {u.id}  WER {u.wer:.2%}  loss {u.loss:.2f}")
+                lines.append(f"    ref: {u.reference}")
+                lines.append(f"    hyp: {u.hypothesis}")
+        return "\n".join(lines)
+
+
+def make_predict(model: Any, spec: Any, model_config: Any, num_features: int) -> Any:
+    """A compiled function from a batch to (logits, output lengths, per-utterance CTC loss)."""
+    import tensorflow as tf
+
+    signature = [tf.TensorSpec([None, None, num_features], tf.float32),
+                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, None], tf.int32),
+                 tf.TensorSpec([None], tf.int32)]
+
+    @tf.function(input_signature=signature)
+    def predict(features: Any, lengths: Any, labels: Any, label_lengths: Any) -> Any:
+        logits = tf.cast(model((features, lengths), training=False), tf.float32)
+        out_lengths = spec.output_length(model_config, lengths)
+        loss = tf.nn.ctc_loss(labels, logits, label_lengths, out_lengths,
+                              logits_time_major=False, blank_index=-1)
+        return logits, out_lengths, loss
+
+    return predict
+
+
+def evaluate_dataset(predict: Any, batches: Any, decoder: Any, alphabet: Any, split: str,
+                     progress: bool = True) -> Evaluation:
+    """Decode and score every batch of ``batches`` (a pipeline with ``with_text=True``)."""
+    results = []
+    bar = tqdm(desc=f"evaluate {split}", unit="utt", disable=not progress, leave=False)
+    for batch in batches:
+        logits, out_lengths, losses = predict(batch["features"], batch["feature_lengths"],
+                                              batch["labels"], batch["label_lengths"])
+        hypotheses = decoder.decode(logits.numpy(), out_lengths.numpy(), alphabet)
+        ids = [i.decode() for i in batch["ids"].numpy()]
+        references = [t.decode() for t in batch["transcripts"].numpy()]
+        for uid, ref, hyp, loss in zip(ids, references, hypotheses, losses.numpy(), strict=True):
+            s = score(ref, hyp)
+            results.append(UtteranceResult(uid, ref, hyp, float(loss), s.wer, s.cer))
+        bar.update(len(ids))
+    bar.close()
+    results.sort(key=lambda u: u.id)
+    finite = [u.loss for u in results if math.isfinite(u.loss)]
+    total = corpus_score([u.reference for u in results], [u.hypothesis for u in results])
+    return Evaluation(split, decoder.name, sum(finite) / max(1, len(finite)), total, results)
+
+
+def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | None = None,
+                 checkpoint: str = "best", progress: bool = True) -> Evaluation:
+    """Evaluate a saved run's checkpoint (``best``, else ``latest``) on ``split``."""
+    from asrkit import plugins
+    from asrkit.data.pipeline import make_dataset
+    from asrkit.errors import AsrkitError
+    from asrkit.runs import load_run
+    from asrkit.train.checkpoints import Checkpoints
+
+    run = load_run(folder)
+    spec = run.spec
+    extractor = run.extractor
+    model = spec.build(run.model_config, extractor.num_features(run.feature_config),
+                       run.alphabet.num_classes)
+    checkpoints = Checkpoints(run.folder / "checkpoints", model=model)
+    state = checkpoints.restore(checkpoint) or checkpoints.restore("latest")
+    if state is None:
+        raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
+    decoder = plugins.get("decoder", decoder_name or run.train.decoder)
+    batches = make_dataset(run.dataset, split, run.alphabet, extractor, run.feature_config,
+                           run.pipeline.for_evaluation())
+    predict = make_predict(model, spec, run.model_config,
+                           extractor.num_features(run.feature_config))
+    return evaluate_dataset(predict, batches, decoder, run.alphabet, split, progress)
+
+
+def write_report(evaluation: Evaluation, folder: Path, name: str = "report") -> None:
+    (folder / f"{name}.json").write_text(json.dumps(evaluation.to_json(), indent=2) + "\n")
+    (folder / f"{name}.txt").write_text(evaluation.text() + "\n")

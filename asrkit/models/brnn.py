@@ -1,0 +1,96 @@
+"""``brnn``: Deep Speech's bidirectional RNN (Hannun et al. 2014), as the Mozilla notebook built it.
+
+For each 10 ms frame, 26 MFCCs with ``context`` frames each side (9: 494 inputs), then::
+
+    h1 = g(W1 x + b1)        n_hidden       dropout
+    h2 = g(W2 h1 + b2)       n_hidden       dropout
+    h3 = g(W3 h2 + b3)       2 * n_cell     dropout
+    h4 = [LSTM_fw(h3); LSTM_bw(h3)]   n_cell each, forget bias 1.0
+    h5 = g(W5 h4 + b5)       n_hidden       dropout
+    logits = W6 h5 + b6      alphabet + blank
+
+with ``g(z) = min(max(0, z), 20)``. Dense weights and biases start from a normal distribution
+(stddev 0.1 by default, per layer overridable). Widths default to the notebook's
+(``n_hidden = n_cell = 494``); DeepSpeech's later releases used 2048. The context windows are
+stacked inside the model, on the accelerator, so the input pipeline ships plain MFCC frames.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from asrkit import hookimpl
+from asrkit.types import ModelSpec
+
+
+@dataclass(frozen=True)
+class BRNNConfig:
+    n_hidden: int = 494
+    n_cell: int = 494
+    context: int = 9
+    dropout: float = 0.05
+    relu_clip: float = 20.0
+    forget_bias: float = 1.0
+    #: Standard deviation of the dense layers' initial weights and biases.
+    init_stddev: float = 0.1
+    #: Per-layer overrides of ``init_stddev`` (layers h1, h2, h3, h5, logits); 0 = use default.
+    h1_stddev: float = 0.0
+    h2_stddev: float = 0.0
+    h3_stddev: float = 0.0
+    h5_stddev: float = 0.0
+    logits_stddev: float = 0.0
+
+
+def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
+    import keras
+    import tensorflow as tf
+
+    from asrkit.features import context_windows
+    from asrkit.models.layers import HoistedLSTM, clipped_relu, normal_init
+
+    def dense(units: int, name: str, override: float) -> Any:
+        std = override or config.init_stddev
+        return keras.layers.Dense(units, name=name, kernel_initializer=normal_init(std),
+                                  bias_initializer=normal_init(std))
+
+    class BRNN(keras.Model):
+        def __init__(self) -> None:
+            super().__init__(name="brnn")
+            self.h1 = dense(config.n_hidden, "h1", config.h1_stddev)
+            self.h2 = dense(config.n_hidden, "h2", config.h2_stddev)
+            self.h3 = dense(2 * config.n_cell, "h3", config.h3_stddev)
+            self.forward_lstm = HoistedLSTM(config.n_cell, config.forget_bias, name="lstm_fw")
+            self.backward_lstm = HoistedLSTM(config.n_cell, config.forget_bias, reverse=True,
+                                             name="lstm_bw")
+            self.h5 = dense(config.n_hidden, "h5", config.h5_stddev)
+            self.logits = dense(num_classes, "logits", config.logits_stddev)
+            self.dropout = keras.layers.Dropout(config.dropout)
+
+        def call(self, inputs: Any, training: bool = False) -> Any:
+            features, lengths = inputs
+            x = context_windows(features, config.context)
+            for layer in (self.h1, self.h2, self.h3):
+                x = self.dropout(clipped_relu(layer(x), config.relu_clip), training=training)
+            x = tf.concat([self.forward_lstm(x, lengths), self.backward_lstm(x, lengths)], -1)
+            x = self.dropout(clipped_relu(self.h5(x), config.relu_clip), training=training)
+            return self.logits(x)
+
+    model = BRNN()
+    model((tf.zeros([1, 1, num_features]), tf.ones([1], tf.int32)))  # create the variables
+    return model
+
+
+class BRNN(ModelSpec):
+    name = "brnn"
+    description = "Deep Speech's bidirectional RNN over MFCC with context (Hannun et al. 2014)."
+    Config = BRNNConfig
+    features = "mfcc"
+
+    def build(self, config: BRNNConfig, num_features: int, num_classes: int) -> Any:
+        return build_brnn(config, num_features, num_classes)
+
+
+@hookimpl
+def register_models(register: Any) -> None:
+    register(BRNN())

@@ -1,0 +1,145 @@
+"""Run directories: what a training run is made of, saved so that it can be resumed, evaluated,
+exported or compared later.
+
+::
+
+    runs/<name>/
+      config.json        the effective configuration: train, model, features, pipeline
+      plugins.json       installed plugins and versions (``asrkit plugins --json``)
+      alphabet.txt       the alphabet the labels use
+      checkpoints/       latest.json + best.json pointers and their checkpoint folders
+      metrics.jsonl      one JSON object a line: steps, epochs, evaluations, warnings
+      tensorboard/       the same metrics for TensorBoard
+      report.json        the final evaluation (and report.txt, for people)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from asrkit.data.manifest import DATASET_JSON, write_json
+from asrkit.errors import AsrkitError
+from asrkit.text import Alphabet
+from asrkit.train.config import TrainConfig, from_dict, override, split_overrides, to_dict
+
+
+def resolve_dataset(name: str) -> Path:
+    """A dataset given by folder or by name (``$ASRKIT_HOME/datasets/<name>``)."""
+    from asrkit.data.importing import asrkit_home
+
+    for candidate in (Path(name), asrkit_home() / "datasets" / name):
+        if (candidate / DATASET_JSON).exists():
+            return candidate
+    raise AsrkitError(
+        f"no imported dataset {name!r} (looked in ./{name} and {asrkit_home() / 'datasets'}); "
+        f"import it first, e.g. `asrkit import {name}`"
+    )
+
+
+@dataclass
+class Run:
+    """A run's configuration and the plugins it uses."""
+
+    folder: Path
+    train: TrainConfig
+    model_config: Any
+    feature_config: Any
+    pipeline: Any
+    alphabet: Alphabet
+
+    @property
+    def spec(self) -> Any:
+        from asrkit import plugins
+
+        return plugins.get("model", self.train.model)
+
+    @property
+    def extractor(self) -> Any:
+        from asrkit import plugins
+
+        return plugins.get("feature", self.spec.features)
+
+    @property
+    def dataset(self) -> Path:
+        return resolve_dataset(self.train.dataset)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"train": to_dict(self.train), "model": to_dict(self.model_config),
+                "features": to_dict(self.feature_config), "pipeline": to_dict(self.pipeline)}
+
+    def save(self) -> None:
+        from asrkit.plugins import get_plugins
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_json(self.folder / "config.json", self.to_json())
+        write_json(self.folder / "plugins.json", get_plugins().as_json())
+        self.alphabet.save(self.folder / "alphabet.txt")
+
+
+def next_run_folder(model: str, root: Path = Path("runs")) -> Path:
+    number = 1
+    while (root / f"{model}-{number}").exists():
+        number += 1
+    return root / f"{model}-{number}"
+
+
+def new_run(train: TrainConfig, overrides: list[str], folder: Path | None) -> Run:
+    """A run from defaults plus ``-o`` overrides; unknown keys are errors."""
+    from asrkit import plugins
+    from asrkit.data.pipeline import PipelineConfig
+
+    sections = split_overrides(overrides)
+    for key, value in sections.get("train", []):
+        train = override(train, key, value)
+    spec = plugins.get("model", train.model)
+    model_config = spec.Config()
+    for key, value in sections.get("model", []):
+        model_config = override(model_config, key, value)
+    extractor = plugins.get("feature", spec.features)
+    feature_config = extractor.Config()
+    for key, value in sections.get("features", []):
+        feature_config = override(feature_config, key, value)
+    pipeline = PipelineConfig(batch_size=train.batch_size, seed=train.seed)
+    for key, value in sections.get("pipeline", []):
+        pipeline = override(pipeline, key, value)
+    dataset = resolve_dataset(train.dataset)
+    alphabet_file = dataset / "alphabet.txt"
+    alphabet = Alphabet.load(alphabet_file) if alphabet_file.exists() else Alphabet()
+    folder = folder or next_run_folder(train.model)
+    if (folder / "config.json").exists():
+        raise AsrkitError(f"{folder} already holds a run; resume it with --resume {folder}")
+    return Run(folder, train, model_config, feature_config, pipeline, alphabet)
+
+
+def load_run(folder: str | Path) -> Run:
+    """A saved run, with the same plugins' config classes."""
+    from asrkit import plugins
+    from asrkit.data.pipeline import PipelineConfig
+
+    folder = Path(folder)
+    path = folder / "config.json"
+    if not path.exists():
+        raise AsrkitError(f"{folder} is not a run directory (no config.json)")
+    saved = json.loads(path.read_text())
+    train = from_dict(TrainConfig, saved["train"])
+    spec = plugins.get("model", train.model)
+    extractor = plugins.get("feature", spec.features)
+    return Run(
+        folder,
+        train,
+        from_dict(spec.Config, saved["model"]),
+        from_dict(extractor.Config, saved["features"]),
+        from_dict(PipelineConfig, saved["pipeline"]),
+        Alphabet.load(folder / "alphabet.txt"),
+    )
+
+
+def append_metrics(folder: Path, record: dict[str, Any]) -> None:
+    with open(folder / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())

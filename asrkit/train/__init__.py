@@ -1,0 +1,1 @@
+"""The training engine: configuration, devices, checkpoints and the training loop."""

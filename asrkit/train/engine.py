@@ -1,0 +1,371 @@
+"""The training loop: CTC on ``tf.distribute`` towers, with exact resume.
+
+One step: every replica (a GPU, or the CPU) runs the model on its own batch, computes the CTC
+loss averaged over the *global* batch, and the gradients are summed across replicas and applied
+once, so G devices behave like one batch G times larger (the notebook's towers).
+
+The optimiser is Adam wrapped in Keras' ``LossScaleOptimizer``: with mixed precision it scales
+the loss as usual; in float32 its scale starts at 1, and either way it applies a step only when
+every gradient is finite, so a batch with a non-finite loss changes nothing (the run names its
+utterances and stops after ``max_bad_batches`` in a row).
+
+Exact resume: each epoch's batches are a pure function of the seed and the epoch (a
+deterministic pipeline seeded with ``seed + epoch``); a checkpoint stores the model, the
+optimiser, and the loop state (epoch, step within it, learning-rate factor, early-stopping
+counters). Resuming rebuilds the epoch's pipeline and skips the batches already trained on.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tqdm import tqdm
+
+from asrkit.errors import AsrkitError
+from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
+from asrkit.runs import Run, append_metrics
+from asrkit.train.checkpoints import Checkpoints
+from asrkit.train.strategy import make_strategy
+
+
+@dataclass
+class LoopState:
+    """Everything besides the weights that resuming needs; saved with every checkpoint."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    lr_factor: float = 1.0
+    best: float | None = None
+    best_epoch: int = -1
+    epochs_without_improvement: int = 0
+    epochs_since_lr_change: int = 0
+    bad_batches_in_a_row: int = 0
+    steps_per_epoch: int | None = None
+    finished: bool = False
+    stop_reason: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def learning_rate(base: float, state: LoopState, warmup_steps: int) -> float:
+    warm = min(1.0, (state.global_step + 1) / warmup_steps) if warmup_steps else 1.0
+    return base * state.lr_factor * warm
+
+
+def make_optimizer(config: Any) -> Any:
+    import keras
+
+    inner = keras.optimizers.Adam(
+        learning_rate=config.learning_rate, beta_1=config.beta1, beta_2=config.beta2,
+        epsilon=config.epsilon, global_clipnorm=config.clip_norm or None,
+    )
+    scale = 2.0 ** 15 if config.mixed_precision else 1.0
+    return keras.optimizers.LossScaleOptimizer(inner, initial_scale=scale)
+
+
+def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
+                    model_config: Any, element_spec: Any = None) -> Any:
+    """A compiled distributed step: a batch in, the per-utterance losses of all replicas out.
+
+    An utterance with fewer output frames than labels cannot be aligned by CTC (TensorFlow
+    returns a huge finite loss for it, whose gradient would wreck the weights): it is left out
+    of the loss and reported as infinite, so the loop names it.
+    """
+    import tensorflow as tf
+
+    def replica_step(batch: dict[str, Any]) -> Any:
+        features, lengths = batch["features"], batch["feature_lengths"]
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model((features, lengths), training=True), tf.float32)
+            out_lengths = spec.output_length(model_config, lengths)
+            ctc = tf.nn.ctc_loss(batch["labels"], logits, batch["label_lengths"], out_lengths,
+                                 logits_time_major=False, blank_index=-1)
+            feasible = tf.cast(out_lengths, tf.int32) >= batch["label_lengths"]
+            loss = tf.nn.compute_average_loss(tf.where(feasible, ctc, 0.0))
+            scaled = optimizer.scale_loss(loss)
+        variables = model.trainable_variables
+        gradients = tape.gradient(scaled, variables)
+        optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        return tf.where(feasible, ctc, float("inf"))
+
+    def step(batch: Any) -> Any:
+        per_utterance = strategy.run(replica_step, args=(batch,))
+        return strategy.gather(per_utterance, axis=0)
+
+    if element_spec is None:
+        return tf.function(step, reduce_retracing=True)
+    return tf.function(step, input_signature=[element_spec])
+
+
+class Trainer:
+    """Trains one run (new or resumed) to the end, writing everything into its folder."""
+
+    def __init__(self, run: Run, progress: bool = True) -> None:
+        import keras
+
+        self.run = run
+        self.config = run.train
+        self.progress = progress
+        if self.config.mixed_precision:
+            keras.mixed_precision.set_global_policy("mixed_float16")
+        seed_everything(self.config.seed)
+        self.strategy = make_strategy(self.config.devices)
+        self.replicas = self.strategy.num_replicas_in_sync
+        self.spec = run.spec
+        self.extractor = run.extractor
+        self.dataset_dir = run.dataset
+        num_features = self.extractor.num_features(run.feature_config)
+        with self.strategy.scope():
+            self.model = self.spec.build(run.model_config, num_features, run.alphabet.num_classes)
+            self.optimizer = make_optimizer(self.config)
+            self.optimizer.build(self.model.trainable_variables)
+        self.checkpoints = Checkpoints(run.folder / "checkpoints", model=self.model,
+                                       optimizer=self.optimizer)
+        self.train_step: Any = None  # compiled for the batches' structure on first use
+        self.predict = make_predict(self.model, self.spec, run.model_config, num_features)
+        self.decoder: Any = None
+        self.eval_batches: dict[str, Any] = {}
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def batches(self, start: int, stop: int, skip_steps: int) -> Any:
+        """Distributed batches of epochs ``start`` to ``stop - 1``, minus the first
+        ``skip_steps`` steps. Each epoch's order depends on the seed and the epoch alone, so a
+        resumed run replays the interrupted epoch exactly; all epochs live in one dataset, so
+        none pays for building a pipeline. Each batch carries its ``epoch``."""
+        import tensorflow as tf
+
+        from asrkit.data.pipeline import dataset_options, make_dataset
+
+        pipeline = replace(self.run.pipeline, deterministic=True, with_text=True)
+        run, config = self.run, self.config
+
+        def dataset_fn(context: Any) -> Any:
+            # Plain Python building a pipeline: AutoGraph must not rewrite its conditionals.
+            @tf.autograph.experimental.do_not_convert
+            def epoch(number: Any) -> Any:
+                data = make_dataset(self.dataset_dir, config.train_split, run.alphabet,
+                                    self.extractor, run.feature_config, pipeline, context,
+                                    seed=number + config.seed)
+                return data.map(lambda batch: {**batch, "epoch": number})
+
+            per_pipeline = self.replicas // context.num_input_pipelines
+            data = tf.data.Dataset.range(start, stop).flat_map(epoch)
+            data = data.skip(skip_steps * per_pipeline)
+            return data.with_options(dataset_options(pipeline, context))
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+    def evaluate(self, split: str) -> Evaluation:
+        from asrkit import plugins
+        from asrkit.data.pipeline import make_dataset
+
+        if self.decoder is None:
+            self.decoder = plugins.get("decoder", self.config.decoder)
+        if split not in self.eval_batches:  # built once: its order is fixed, no shuffling
+            self.eval_batches[split] = make_dataset(
+                self.dataset_dir, split, self.run.alphabet, self.extractor,
+                self.run.feature_config, self.run.pipeline.for_evaluation())
+        return evaluate_dataset(self.predict, self.eval_batches[split], self.decoder,
+                                self.run.alphabet, split, self.progress)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def fit(self) -> LoopState:
+        """Train to the end (or resume to the end); write the final report."""
+        import tensorflow as tf
+
+        restored = self.checkpoints.restore("latest")
+        state = LoopState(**restored) if restored else LoopState()
+        if restored:
+            append_metrics(self.run.folder, {"event": "resume", "epoch": state.epoch,
+                                             "step": state.global_step})
+        else:
+            self.run.save()
+        self.writer = tf.summary.create_file_writer(str(self.run.folder / "tensorboard"))
+        while not state.finished and state.epoch < self.config.epochs:
+            # With several replicas a step takes several batches, which must not straddle two
+            # epochs: then each epoch gets a dataset of its own.
+            stop = self.config.epochs if self.replicas == 1 else state.epoch + 1
+            self._train(state, stop)
+        if not state.finished:
+            state.finished = True
+            state.stop_reason = state.stop_reason or "all epochs done"
+        self.checkpoints.save("latest", state.global_step, state.to_json())
+        self._final_report(state)
+        return state
+
+    def _progress(self, state: LoopState) -> Any:
+        return tqdm(total=state.steps_per_epoch, initial=state.step_in_epoch, unit="step",
+                    desc=f"epoch {state.epoch + 1}/{self.config.epochs}",
+                    disable=not self.progress)
+
+    def _train(self, state: LoopState, stop: int) -> None:
+        last_save = time.monotonic()
+        bar = self._progress(state)
+        started, utterances, audio = time.monotonic(), 0, 0.0
+        batches = self.batches(state.epoch, stop, state.step_in_epoch)
+        if self.train_step is None:
+            self.train_step = make_train_step(self.strategy, self.model, self.optimizer,
+                                              self.spec, self.run.model_config,
+                                              batches.element_spec)
+        for batch in batches:
+            epoch = int(self.strategy.experimental_local_results(batch["epoch"])[0])
+            if epoch != state.epoch:
+                bar.close()
+                self._end_of_epoch(state)
+                if state.finished:
+                    return
+                bar = self._progress(state)
+                started, utterances, audio = time.monotonic(), 0, 0.0
+            lr = learning_rate(self.config.learning_rate, state, self.config.warmup_steps)
+            self.optimizer.inner_optimizer.learning_rate.assign(lr)
+            losses = self.train_step(batch).numpy()
+            self._check_finite(losses, batch, state)
+            state.step_in_epoch += 1
+            state.global_step += 1
+            utterances += len(losses)
+            audio += self._audio_seconds(batch)
+            elapsed = max(time.monotonic() - started, 1e-9)
+            finite = finite_mask(losses)
+            loss = float(losses[finite].mean()) if finite.any() else math.nan
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}", utt_s=f"{utterances / elapsed:.1f}")
+            if state.global_step % self.config.log_every == 0:
+                self._log_step(state, loss, lr, utterances / elapsed, audio / elapsed)
+            if self._checkpoint_due(state, last_save):
+                self.checkpoints.save("latest", state.global_step, state.to_json())
+                last_save = time.monotonic()
+            if self.config.max_steps and state.global_step >= self.config.max_steps:
+                state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
+                bar.close()
+                return
+        bar.close()
+        self._end_of_epoch(state)
+
+    def _log_step(self, state: LoopState, loss: float, lr: float, utterances_per_second: float,
+                  audio_per_second: float) -> None:
+        import tensorflow as tf
+
+        append_metrics(self.run.folder, {
+            "event": "step", "epoch": state.epoch, "step": state.global_step, "loss": loss,
+            "lr": lr, "utterances_per_second": utterances_per_second,
+            "audio_seconds_per_second": audio_per_second})
+        with self.writer.as_default():
+            tf.summary.scalar("train/loss", loss, step=state.global_step)
+            tf.summary.scalar("train/learning_rate", lr, step=state.global_step)
+
+    def _audio_seconds(self, batch: Any) -> float:
+        lengths = self.strategy.experimental_local_results(batch["feature_lengths"])
+        return float(sum(int(x.numpy().sum()) for x in lengths)) / 100.0
+
+    def _checkpoint_due(self, state: LoopState, last_save: float) -> bool:
+        every = self.config.checkpoint_steps
+        if every and state.global_step % every == 0:
+            return True
+        return time.monotonic() - last_save >= self.config.checkpoint_minutes * 60
+
+    def _check_finite(self, losses: Any, batch: Any, state: LoopState) -> None:
+        bad = ~finite_mask(losses)
+        if not bad.any():
+            state.bad_batches_in_a_row = 0
+            return
+        ids = [i.decode() for part in self.strategy.experimental_local_results(batch["ids"])
+               for i in part.numpy()]
+        named = [ids[i] for i in range(len(ids)) if bad[i]]
+        state.bad_batches_in_a_row += 1
+        append_metrics(self.run.folder, {"event": "non_finite_loss", "step": state.global_step,
+                                         "utterances": named})
+        tqdm.write(f"asrkit: warning: non-finite loss at step {state.global_step}; skipped "
+                   f"utterances: {', '.join(named)}", file=sys.stderr)
+        if state.bad_batches_in_a_row >= self.config.max_bad_batches:
+            raise AsrkitError(
+                f"{state.bad_batches_in_a_row} batches in a row had a non-finite loss; lower the "
+                "learning rate (-o learning_rate=...) or check the utterances named in "
+                f"{self.run.folder / 'metrics.jsonl'}"
+            )
+
+    def _end_of_epoch(self, state: LoopState) -> None:
+        """Dev evaluation, best checkpoint, plateau and early stopping; then the next epoch."""
+        import tensorflow as tf
+
+        epoch = state.epoch
+        state.steps_per_epoch = state.step_in_epoch
+        state.epoch, state.step_in_epoch = epoch + 1, 0
+        record: dict[str, Any] = {"event": "epoch", "epoch": epoch, "step": state.global_step}
+        metric = None
+        if self.config.evaluate_dev and self._has_split(self.config.dev_split):
+            dev = self.evaluate(self.config.dev_split)
+            record.update(dev_loss=dev.loss, dev_wer=dev.wer, dev_cer=dev.cer)
+            metric = {"loss": dev.loss, "wer": dev.wer, "cer": dev.cer}[
+                self.config.early_stop_metric]
+            with self.writer.as_default():
+                for name in ("loss", "wer", "cer"):
+                    tf.summary.scalar(f"dev/{name}", record[f"dev_{name}"], step=state.global_step)
+            tqdm.write(f"epoch {epoch + 1}: dev loss {dev.loss:.3f}, WER {dev.wer:.2%}, "
+                       f"CER {dev.cer:.2%}")
+        improved = metric is not None and (
+            state.best is None or metric < state.best - self.config.min_delta)
+        if improved:
+            state.best, state.best_epoch = metric, epoch
+            state.epochs_without_improvement = state.epochs_since_lr_change = 0
+        elif metric is not None:
+            state.epochs_without_improvement += 1
+            state.epochs_since_lr_change += 1
+        patience = self.config.plateau_patience
+        if patience and state.epochs_since_lr_change >= patience:
+            state.lr_factor *= self.config.plateau_factor
+            state.epochs_since_lr_change = 0
+            if self.checkpoints.state("best") is not None:
+                self.checkpoints.restore("best")  # reload the best weights first, as DeepSpeech
+            record["lr_factor"] = state.lr_factor
+        stop = self.config.early_stop_patience
+        if stop and state.epochs_without_improvement >= stop:
+            state.finished = True
+            state.stop_reason = f"early stopping: no improvement for {stop} epochs"
+        state.history.append(record)
+        append_metrics(self.run.folder, record)
+        self.checkpoints.save("latest", state.global_step, state.to_json())
+        if improved or metric is None:
+            self.checkpoints.save("best", state.global_step, state.to_json())
+
+    def _has_split(self, split: str) -> bool:
+        from asrkit.data.shards import shard_paths
+
+        return bool(shard_paths(self.dataset_dir, split))
+
+    def _final_report(self, state: LoopState) -> None:
+        if self.checkpoints.state("best") is not None:
+            self.checkpoints.restore("best")
+        for split in ("test", self.config.dev_split):
+            if self._has_split(split):
+                evaluation = self.evaluate(split)
+                write_report(evaluation, self.run.folder)
+                append_metrics(self.run.folder, {"event": "report", **{
+                    k: v for k, v in evaluation.to_json().items()
+                    if k in ("split", "wer", "cer", "loss", "utterances")}})
+                return
+
+
+def finite_mask(values: Any) -> Any:
+    import numpy as np
+
+    return np.isfinite(values)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, numpy and Keras (initialisers, dropout). TensorFlow's graph-level seed is left
+    unset: the input pipeline seeds its own ops, with seeds that are tensors (``seed + epoch``),
+    which a graph-level seed would not accept."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(seed)
+    tf.random.set_seed(None)
