@@ -46,6 +46,9 @@ class TrainConfig:
     seed: int = 0
     #: Stop after this many steps in all (0 = run all epochs).
     max_steps: int = 0
+    #: Stop after this many minutes of training in this process (0 = no limit); the run can be
+    #: resumed later for more.
+    max_minutes: float = 0.0
     #: Write the latest checkpoint every this many minutes, and at every epoch end.
     checkpoint_minutes: float = 10.0
     #: ... and also every this many steps (0 = only by time and epoch).

@@ -182,8 +182,11 @@ class Trainer:
         """Train to the end (or resume to the end); write the final report."""
         import tensorflow as tf
 
+        self.started = time.monotonic()
         restored = self.checkpoints.restore("latest")
         state = LoopState(**restored) if restored else LoopState()
+        if restored and state.stop_reason.startswith("max_minutes"):
+            state.finished, state.stop_reason = False, ""  # a time budget ends, the run does not
         if restored:
             append_metrics(self.run.folder, {"event": "resume", "epoch": state.epoch,
                                              "step": state.global_step})
@@ -245,6 +248,10 @@ class Trainer:
                 last_save = time.monotonic()
             if self.config.max_steps and state.global_step >= self.config.max_steps:
                 state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
+            minutes = self.config.max_minutes
+            if minutes and time.monotonic() - self.started > minutes * 60:
+                state.finished, state.stop_reason = True, f"max_minutes {minutes:g}"
+            if state.finished:
                 bar.close()
                 return
         bar.close()

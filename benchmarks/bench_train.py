@@ -1,0 +1,172 @@
+"""Training speed of ``brnn``: asrkit's engine step against a hand-written step and plain Keras.
+
+Three ways to train the same network on the same batch (``--batch`` utterances of
+``--seconds`` seconds, the notebook's sizes by default), measured in one run:
+
+- **hand-written**: a minimal TF2 step: ``tf.GradientTape``, CTC loss, ``Adam.apply_gradients``
+  in a ``tf.function``, on asrkit's ``brnn`` model. The baseline the engine must not slow down;
+- **asrkit engine**: the engine's compiled step (``tf.distribute`` strategy, loss scaling with
+  the non-finite guard, per-utterance losses gathered to the host), on the same model;
+- **plain Keras**: the same network written the obvious way (``Dense`` layers,
+  ``Bidirectional(LSTM)``), trained with the same hand-written step. ``brnn`` should beat it
+  (its LSTM multiplies the input by its weights for all frames at once).
+
+Reports seconds per step, steps per second and audio-seconds trained per second, with ratios.
+Features are random (the arithmetic does not depend on the values).
+
+    python benchmarks/bench_train.py [--batch 16] [--seconds 5] [--steps 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import asrkit  # noqa: E402, F401  (sets TensorFlow's environment defaults before it loads)
+
+
+def plain_keras_brnn(config, num_features: int, num_classes: int):
+    """The notebook's network with stock Keras layers (no hoisting)."""
+    import keras
+    import tensorflow as tf
+
+    from asrkit.features import context_windows
+
+    init = keras.initializers.RandomNormal(stddev=config.init_stddev)
+
+    def clip(x):
+        return tf.minimum(tf.nn.relu(x), config.relu_clip)
+
+    class PlainBRNN(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.h1 = keras.layers.Dense(config.n_hidden, kernel_initializer=init)
+            self.h2 = keras.layers.Dense(config.n_hidden, kernel_initializer=init)
+            self.h3 = keras.layers.Dense(2 * config.n_cell, kernel_initializer=init)
+            self.rnn = keras.layers.Bidirectional(
+                keras.layers.LSTM(config.n_cell, return_sequences=True, unit_forget_bias=True))
+            self.h5 = keras.layers.Dense(config.n_hidden, kernel_initializer=init)
+            self.out = keras.layers.Dense(num_classes, kernel_initializer=init)
+            self.drop = keras.layers.Dropout(config.dropout)
+
+        def call(self, inputs, training=False):
+            features, lengths = inputs
+            x = context_windows(features, config.context)
+            for layer in (self.h1, self.h2, self.h3):
+                x = self.drop(clip(layer(x)), training=training)
+            mask = tf.sequence_mask(lengths, tf.shape(x)[1])
+            x = self.rnn(x, mask=mask, training=training)
+            return self.out(self.drop(clip(self.h5(x)), training=training))
+
+    model = PlainBRNN()
+    model((tf.zeros([1, 1, num_features]), tf.ones([1], tf.int32)))
+    return model
+
+
+def hand_written_step(model, learning_rate: float = 1e-3):
+    import keras
+    import tensorflow as tf
+
+    optimizer = keras.optimizers.Adam(learning_rate)
+
+    @tf.function
+    def step(features, lengths, labels, label_lengths):
+        with tf.GradientTape() as tape:
+            logits = model((features, lengths), training=True)
+            loss = tf.reduce_mean(tf.nn.ctc_loss(labels, logits, label_lengths, lengths,
+                                                 logits_time_major=False, blank_index=-1))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+        return loss
+
+    return step
+
+
+def measure(step, steps: int) -> float:
+    step()  # compile
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--n-hidden", type=int, default=494)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    import numpy as np
+    import tensorflow as tf
+
+    from asrkit.models.brnn import BRNN, BRNNConfig
+    from asrkit.train.config import TrainConfig
+    from asrkit.train.engine import make_optimizer, make_train_step
+
+    frames = int(args.seconds * 100)
+    rng = np.random.default_rng(0)
+    batch = {
+        "features": tf.constant(rng.normal(size=(args.batch, frames, 26)).astype(np.float32)),
+        "feature_lengths": tf.fill([args.batch], frames),
+        "labels": tf.constant(rng.integers(0, 28, size=(args.batch, frames // 6), dtype=np.int32)),
+        "label_lengths": tf.fill([args.batch], frames // 6),
+    }
+    tensors = (batch["features"], batch["feature_lengths"], batch["labels"],
+               batch["label_lengths"])
+    spec = BRNN()
+    config = BRNNConfig(n_hidden=args.n_hidden, n_cell=args.n_hidden)
+    results = {}
+
+    model = spec.build(config, 26, 29)
+    hand = hand_written_step(model)
+    results["hand-written GradientTape step (brnn)"] = measure(lambda: hand(*tensors), args.steps)
+
+    strategy = tf.distribute.get_strategy()
+    engine_model = spec.build(config, 26, 29)
+    optimizer = make_optimizer(TrainConfig())
+    optimizer.build(engine_model.trainable_variables)
+    engine = make_train_step(strategy, engine_model, optimizer, spec, config)
+    results["asrkit engine step (brnn)"] = measure(lambda: engine(batch).numpy(), args.steps)
+
+    plain = plain_keras_brnn(config, 26, 29)
+    plain_step = hand_written_step(plain)
+    results["plain Keras network, same step"] = measure(lambda: plain_step(*tensors), args.steps)
+
+    audio = args.batch * args.seconds
+    base = results["hand-written GradientTape step (brnn)"]
+    parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    print(f"brnn n_hidden={args.n_hidden} ({parameters / 1e6:.1f} M parameters), batch "
+          f"{args.batch} x {args.seconds:g} s, median of {args.steps} steps, "
+          f"TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS')}\n")
+    print(f"{'step':40s} {'s/step':>8s} {'steps/s':>8s} {'audio s/s':>10s} {'x hand':>8s}")
+    table = {}
+    for name, seconds in results.items():
+        table[name] = {"seconds_per_step": round(seconds, 3), "steps_per_second":
+                       round(1 / seconds, 3), "audio_seconds_per_second": round(audio / seconds, 1),
+                       "relative_time": round(seconds / base, 3)}
+        print(f"{name:40s} {seconds:8.2f} {1 / seconds:8.3f} {audio / seconds:10.1f} "
+              f"{seconds / base:7.2f}x")
+    engine_cost = results["asrkit engine step (brnn)"] / base
+    speedup = results["plain Keras network, same step"] / base
+    print(f"\nengine cost over the hand-written step: {engine_cost:.2f}x (target <= 1.1x)")
+    print(f"brnn over plain Keras: {speedup:.2f}x faster (target >= 1.6x)")
+    if args.json:
+        args.json.write_text(json.dumps({"results": table, "engine_cost": engine_cost,
+                                         "speedup_over_keras": speedup}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
