@@ -36,19 +36,31 @@ from asrkit import hookimpl
 @click.option("-o", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Set any setting: epochs=5, model.n_hidden=100, features.normalize=feature, "
                    "pipeline.num_buckets=8 (see docs/training.md).")
+@click.option("--workers", default=None, metavar="HOST:PORT,...",
+              help="Train on several machines: every worker's address, the same list on each "
+                   "(TensorFlow's MultiWorkerMirroredStrategy; an existing TF_CONFIG also works).")
+@click.option("--worker-index", type=int, default=None,
+              help="This machine's position in --workers (0 is the chief, which writes).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def train_command(model: str | None, dataset: str | None, epochs: int | None,
                   batch_size: int | None, learning_rate: float | None, devices: str | None,
                   mixed_precision: bool | None, seed: int | None, run_dir: Path | None,
-                  resume: Path | None, overrides: tuple[str, ...], no_progress: bool) -> None:
+                  resume: Path | None, overrides: tuple[str, ...], workers: str | None,
+                  worker_index: int | None, no_progress: bool) -> None:
     """Train a model on an imported dataset (CTC; every GPU as a tower, else the CPU).
 
     A killed run continues exactly where it stopped with `asrkit train --resume RUN`.
     """
+    from asrkit.errors import AsrkitError
     from asrkit.runs import load_run, new_run
     from asrkit.train.config import TrainConfig
     from asrkit.train.engine import Trainer
+    from asrkit.train.strategy import is_chief, set_cluster
 
+    if (workers is None) != (worker_index is None):
+        raise AsrkitError("--workers and --worker-index go together")
+    if workers is not None:
+        set_cluster(workers, worker_index or 0)
     if resume:
         run = load_run(resume)
     else:
@@ -58,7 +70,8 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
             "mixed_precision": mixed_precision,
         }
         train = TrainConfig(**{k: v for k, v in named.items() if v is not None})
-        run = new_run(train, list(overrides), run_dir)
+        # Every worker is started with the same --run-dir; the chief creates it.
+        run = new_run(train, list(overrides), run_dir, fresh=is_chief())
     click.echo(f"run: {run.folder}")
     state = Trainer(run, progress=not no_progress).fit()
     click.echo(f"finished after {state.global_step} steps ({state.stop_reason}); "

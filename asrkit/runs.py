@@ -87,8 +87,10 @@ def next_run_folder(model: str, root: Path = Path("runs")) -> Path:
     return root / f"{model}-{number}"
 
 
-def new_run(train: TrainConfig, overrides: list[str], folder: Path | None) -> Run:
-    """A run from defaults plus ``-o`` overrides; unknown keys are errors."""
+def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
+            fresh: bool = True) -> Run:
+    """A run from defaults plus ``-o`` overrides; unknown keys are errors. With ``fresh``, the
+    folder must not hold a run yet."""
     from asrkit import plugins
     from asrkit.data.pipeline import PipelineConfig
 
@@ -110,7 +112,7 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None) -> Ru
     alphabet_file = dataset / "alphabet.txt"
     alphabet = Alphabet.load(alphabet_file) if alphabet_file.exists() else Alphabet()
     folder = folder or next_run_folder(train.model)
-    if (folder / "config.json").exists():
+    if fresh and (folder / "config.json").exists():
         raise AsrkitError(f"{folder} already holds a run; resume it with --resume {folder}")
     return Run(folder, train, model_config, feature_config, pipeline, alphabet)
 

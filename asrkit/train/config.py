@@ -56,6 +56,9 @@ class TrainConfig:
     #: Devices as towers: "" = every GPU (or the CPU), else e.g. "0,1" (GPU indices) or "cpu".
     devices: str = ""
     mixed_precision: bool = False
+    #: Seconds a collective operation (gradient all-reduce) may wait for other workers before
+    #: the run stops with an error: a dead worker must not hang the others for ever.
+    worker_timeout: float = 300.0
     train_split: str = "train"
     dev_split: str = "dev"
     #: Evaluate on the dev split after each epoch.

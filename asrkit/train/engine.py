@@ -17,6 +17,7 @@ counters). Resuming rebuilds the epoch's pipeline and skips the batches already 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -29,7 +30,7 @@ from asrkit.errors import AsrkitError
 from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
 from asrkit.runs import Run, append_metrics
 from asrkit.train.checkpoints import Checkpoints
-from asrkit.train.strategy import make_strategy
+from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy
 
 
 @dataclass
@@ -116,7 +117,8 @@ class Trainer:
         if self.config.mixed_precision:
             keras.mixed_precision.set_global_policy("mixed_float16")
         seed_everything(self.config.seed)
-        self.strategy = make_strategy(self.config.devices)
+        self.strategy = make_strategy(self.config.devices, self.config.worker_timeout)
+        self.chief = is_chief()
         self.replicas = self.strategy.num_replicas_in_sync
         self.spec = run.spec
         self.extractor = run.extractor
@@ -188,20 +190,21 @@ class Trainer:
         if restored and state.stop_reason.startswith("max_minutes"):
             state.finished, state.stop_reason = False, ""  # a time budget ends, the run does not
         if restored:
-            append_metrics(self.run.folder, {"event": "resume", "epoch": state.epoch,
-                                             "step": state.global_step})
-        else:
+            self._metrics({"event": "resume", "epoch": state.epoch, "step": state.global_step})
+        elif self.chief:
             self.run.save()
-        self.writer = tf.summary.create_file_writer(str(self.run.folder / "tensorboard"))
+        self.writer = (tf.summary.create_file_writer(str(self.run.folder / "tensorboard"))
+                       if self.chief else tf.summary.create_noop_writer())
         while not state.finished and state.epoch < self.config.epochs:
             # With several replicas a step takes several batches, which must not straddle two
             # epochs: then each epoch gets a dataset of its own.
             stop = self.config.epochs if self.replicas == 1 else state.epoch + 1
-            self._train(state, stop)
+            with self._lost_workers_are_errors():
+                self._train(state, stop)
         if not state.finished:
             state.finished = True
             state.stop_reason = state.stop_reason or "all epochs done"
-        self.checkpoints.save("latest", state.global_step, state.to_json())
+        self._save("latest", state)
         self._final_report(state)
         return state
 
@@ -244,7 +247,7 @@ class Trainer:
             if state.global_step % self.config.log_every == 0:
                 self._log_step(state, loss, lr, utterances / elapsed, audio / elapsed)
             if self._checkpoint_due(state, last_save):
-                self.checkpoints.save("latest", state.global_step, state.to_json())
+                self._save("latest", state)
                 last_save = time.monotonic()
             if self.config.max_steps and state.global_step >= self.config.max_steps:
                 state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
@@ -261,13 +264,42 @@ class Trainer:
                   audio_per_second: float) -> None:
         import tensorflow as tf
 
-        append_metrics(self.run.folder, {
+        self._metrics({
             "event": "step", "epoch": state.epoch, "step": state.global_step, "loss": loss,
             "lr": lr, "utterances_per_second": utterances_per_second,
             "audio_seconds_per_second": audio_per_second})
         with self.writer.as_default():
             tf.summary.scalar("train/loss", loss, step=state.global_step)
             tf.summary.scalar("train/learning_rate", lr, step=state.global_step)
+
+    @contextlib.contextmanager
+    def _lost_workers_are_errors(self) -> Any:
+        """With several workers, a collective that fails or times out means a worker died or
+        hung: say so in one line, and how to continue."""
+        import tensorflow as tf
+
+        lost = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                tf.errors.CancelledError, tf.errors.AbortedError, tf.errors.InternalError)
+        try:
+            yield
+        except lost as error:
+            if not is_multi_worker():
+                raise
+            raise AsrkitError(
+                f"lost contact with another worker ({type(error).__name__}); restart "
+                f"every worker with --resume {self.run.folder} to continue from the last "
+                "checkpoint"
+            ) from None
+
+    # -- output: only the chief writes -------------------------------------------------------
+
+    def _metrics(self, record: dict[str, Any]) -> None:
+        if self.chief:
+            append_metrics(self.run.folder, record)
+
+    def _save(self, kind: str, state: LoopState) -> None:
+        if self.chief:
+            self.checkpoints.save(kind, state.global_step, state.to_json())
 
     def _audio_seconds(self, batch: Any) -> float:
         lengths = self.strategy.experimental_local_results(batch["feature_lengths"])
@@ -288,8 +320,8 @@ class Trainer:
                for i in part.numpy()]
         named = [ids[i] for i in range(len(ids)) if bad[i]]
         state.bad_batches_in_a_row += 1
-        append_metrics(self.run.folder, {"event": "non_finite_loss", "step": state.global_step,
-                                         "utterances": named})
+        self._metrics({"event": "non_finite_loss", "step": state.global_step,
+                       "utterances": named})
         tqdm.write(f"asrkit: warning: non-finite loss at step {state.global_step}; skipped "
                    f"utterances: {', '.join(named)}", file=sys.stderr)
         if state.bad_batches_in_a_row >= self.config.max_bad_batches:
@@ -338,10 +370,10 @@ class Trainer:
             state.finished = True
             state.stop_reason = f"early stopping: no improvement for {stop} epochs"
         state.history.append(record)
-        append_metrics(self.run.folder, record)
-        self.checkpoints.save("latest", state.global_step, state.to_json())
+        self._metrics(record)
+        self._save("latest", state)
         if improved or metric is None:
-            self.checkpoints.save("best", state.global_step, state.to_json())
+            self._save("best", state)
 
     def _has_split(self, split: str) -> bool:
         from asrkit.data.shards import shard_paths
@@ -354,8 +386,9 @@ class Trainer:
         for split in ("test", self.config.dev_split):
             if self._has_split(split):
                 evaluation = self.evaluate(split)
-                write_report(evaluation, self.run.folder)
-                append_metrics(self.run.folder, {"event": "report", **{
+                if self.chief:
+                    write_report(evaluation, self.run.folder)
+                self._metrics({"event": "report", **{
                     k: v for k, v in evaluation.to_json().items()
                     if k in ("split", "wer", "cer", "loss", "utterances")}})
                 return
