@@ -131,6 +131,29 @@ def asrkit_import(archive: Path, work: Path, jobs: int) -> None:
     assert result.report["skipped"] == {}, result.report["skipped"]
 
 
+PEAK_RSS = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True, capture_output=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def peak_memory(archive: Path, work: Path) -> int:
+    """Peak resident memory (KiB) of the largest process of ``asrkit import`` on ``archive``
+    (a fresh process tree: the CLI and its workers)."""
+    env = {**os.environ, "ASRKIT_HOME": str(work), "PYTHONPATH": str(ROOT / "benchmarks")}
+    command = [sys.executable, "-c", PEAK_RSS, sys.executable, "-c",
+               "import sys; from bench_import import cli_import; cli_import(sys.argv[1])",
+               str(archive)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    return int(result.stdout.split()[-1])
+
+
+def cli_import(archive: str) -> None:
+    """An import of ``archive`` through the same engine as the command (for peak_memory)."""
+    asrkit_import(Path(archive), Path(os.environ["ASRKIT_HOME"]), 2)
+
+
 def timed(function, *args) -> float:
     start = time.perf_counter()
     function(*args)
@@ -142,6 +165,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--memory", action="store_true",
+                        help="also measure peak memory for --minutes/10 and --minutes of audio")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,10 +201,24 @@ def main() -> None:
         print(f"{name:40s} {seconds:8.2f} {rate:10.1f} {base / seconds:10.2f}x")
     scaling = results["asrkit --jobs 1"] / results["asrkit --jobs 2"]
     print(f"\n--jobs 2 over --jobs 1: {scaling:.2f}x")
+    memory = {}
+    if args.memory:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp_path = Path(tmp)
+            for minutes in (args.minutes / 10, args.minutes):
+                folder = tmp_path / f"m{minutes:g}"
+                folder.mkdir()
+                small, seconds, _ = build_corpus(folder, minutes)
+                memory[round(seconds / 60, 1)] = peak_memory(small, folder / "home")
+        (low, low_kib), (high, high_kib) = sorted(memory.items())
+        print(f"\npeak resident memory: {low_kib / 1024:.0f} MiB for {low:g} min of audio, "
+              f"{high_kib / 1024:.0f} MiB for {high:g} min ({high_kib / low_kib:.2f}x for "
+              f"{high / low:.0f}x the audio)")
     if args.json:
         args.json.write_text(json.dumps({"audio_seconds": audio, "files": count,
                                          "tensorflow_import_seconds": tf_import,
-                                         "results": table, "jobs_scaling": scaling}, indent=2))
+                                         "results": table, "jobs_scaling": scaling,
+                                         "peak_rss_kib_by_minutes": memory}, indent=2))
 
 
 if __name__ == "__main__":

@@ -11,12 +11,16 @@ the archive, is refused before anything is read, and nothing is ever written fro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+import shutil
+import subprocess
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from tqdm import tqdm
 
@@ -123,12 +127,13 @@ class Source:
 
     def _walk_tar(self) -> Iterator[tuple[str, Callable[[], bytes], str | None]]:
         size = self.path.stat().st_size
-        with open(self.path, "rb") as raw, tqdm(
+        with open(self.path, "rb") as raw, _decompressed(raw) as stream, tqdm(
             total=size, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
             desc=f"read {self.path.name}", disable=not self.progress,
-        ) as bar, tarfile.open(fileobj=raw, mode="r|*") as tar:
+        ) as bar, tarfile.open(fileobj=stream, mode="r|*") as tar:
             for member in tar:
-                bar.update(raw.tell() - bar.n)
+                # The file offset is shared with a gzip child process: it is what gzip has read.
+                bar.update(os.lseek(raw.fileno(), 0, os.SEEK_CUR) - bar.n)
                 name = safe_name(member.name, self.path.name)
                 if member.issym() or member.islnk():
                     yield name, _no_read, self._link_target(member, name)
@@ -156,6 +161,29 @@ class Source:
                 f"({member.linkname!r}); refusing to read it"
             )
         return resolved
+
+
+@contextlib.contextmanager
+def _decompressed(raw: BinaryIO) -> Iterator[BinaryIO]:
+    """``raw`` itself, or for a gzip file the output of a ``gzip -dc`` process reading it: the
+    decompression then runs on another core, in parallel with the tar parsing and the hand-off
+    to converters (both archive passes are about twice as fast)."""
+    gzip = shutil.which("gzip")
+    if os.pread(raw.fileno(), 2, 0) != b"\x1f\x8b" or gzip is None:
+        yield raw
+        return
+    process = subprocess.Popen([gzip, "-dc"], stdin=raw, stdout=subprocess.PIPE, bufsize=1 << 20,
+                               stderr=subprocess.PIPE)
+    assert process.stdout is not None
+    try:
+        yield process.stdout
+    finally:
+        process.stdout.close()
+        process.kill()
+        _, error = process.communicate()
+        if process.returncode not in (0, -9) and error:
+            raise AsrkitError(f"{raw.name} is not a valid gzip file: "
+                              f"{' '.join(error.decode(errors='replace').split())}")
 
 
 def _no_read() -> bytes:
