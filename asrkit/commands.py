@@ -32,7 +32,8 @@ from asrkit import hookimpl
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
               help="Run folder [default: runs/<model>-<n>].")
 @click.option("--resume", "resume", type=click.Path(exists=True, path_type=Path), default=None,
-              help="Continue a run from its latest checkpoint (other options are ignored).")
+              help="Continue a run from its latest checkpoint; -o may change train settings "
+                   "(e.g. batch_size, epochs), other options are ignored.")
 @click.option("-o", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Set any setting: epochs=5, model.n_hidden=100, features.normalize=feature, "
                    "pipeline.num_buckets=8 (see docs/training.md).")
@@ -52,7 +53,7 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
     A killed run continues exactly where it stopped with `asrkit train --resume RUN`.
     """
     from asrkit.errors import AsrkitError
-    from asrkit.runs import load_run, new_run
+    from asrkit.runs import load_run, new_run, override_run
     from asrkit.train.config import TrainConfig
     from asrkit.train.engine import Trainer
     from asrkit.train.strategy import is_chief, set_cluster
@@ -63,6 +64,10 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
         set_cluster(workers, worker_index or 0)
     if resume:
         run = load_run(resume)
+        if overrides:
+            run = override_run(run, list(overrides))
+            if is_chief():
+                run.save()
     else:
         named: dict[str, Any] = {
             "model": model, "dataset": dataset, "epochs": epochs, "batch_size": batch_size,
@@ -86,13 +91,16 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
               show_default=True)
 @click.option("--json", "json_file", type=click.Path(path_type=Path), default=None,
               help="Also write the full results (every utterance) as JSON here ('-': stdout).")
+@click.option("-o", "settings", multiple=True, metavar="decoder.KEY=VALUE",
+              help="A decoder setting, e.g. decoder.beam_width=100 (see docs/decoders.md).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate_command(run: Path, split: str, decoder: str | None, checkpoint: str,
-                     json_file: Path | None, no_progress: bool) -> None:
+                     json_file: Path | None, settings: tuple[str, ...], no_progress: bool) -> None:
     """Corpus WER and CER of a trained run on a split, with best, median and worst samples."""
     from asrkit.evaluate import evaluate_run
 
-    evaluation = evaluate_run(run, split, decoder, checkpoint, progress=not no_progress)
+    evaluation = evaluate_run(run, split, decoder, checkpoint, progress=not no_progress,
+                              decoder_settings=settings)
     if json_file is not None and str(json_file) == "-":
         click.echo(json.dumps(evaluation.to_json(), indent=2))
         return

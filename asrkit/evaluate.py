@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,24 +120,16 @@ def evaluate_dataset(predict: Any, batches: Any, decoder: Any, alphabet: Any, sp
 
 
 def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | None = None,
-                 checkpoint: str = "best", progress: bool = True) -> Evaluation:
+                 checkpoint: str = "best", progress: bool = True,
+                 decoder_settings: Sequence[str] = ()) -> Evaluation:
     """Evaluate a saved run's checkpoint (``best``, else ``latest``) on ``split``."""
-    from asrkit import plugins
     from asrkit.data.pipeline import make_dataset
-    from asrkit.errors import AsrkitError
-    from asrkit.runs import load_run
-    from asrkit.train.checkpoints import Checkpoints
+    from asrkit.decoders import load_decoder
+    from asrkit.runs import load_run_model
 
-    run = load_run(folder)
-    spec = run.spec
-    extractor = run.extractor
-    model = spec.build(run.model_config, extractor.num_features(run.feature_config),
-                       run.alphabet.num_classes)
-    checkpoints = Checkpoints(run.folder / "checkpoints", model=model)
-    state = checkpoints.restore(checkpoint) or checkpoints.restore("latest")
-    if state is None:
-        raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
-    decoder = plugins.get("decoder", decoder_name or run.train.decoder)
+    run, model, _ = load_run_model(folder, checkpoint)
+    spec, extractor = run.spec, run.extractor
+    decoder = load_decoder(decoder_name or run.train.decoder, decoder_settings)
     batches = make_dataset(run.dataset, split, run.alphabet, extractor, run.feature_config,
                            run.pipeline.for_evaluation())
     predict = make_predict(model, spec, run.model_config,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,8 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
         feature_config = override(feature_config, key, value)
     pipeline = PipelineConfig(batch_size=train.batch_size, seed=train.seed)
     for key, value in sections.get("pipeline", []):
+        if key in ("batch_size", "seed"):
+            raise AsrkitError(f"set the {key} with --{key.replace('_', '-')} (or -o {key}=...)")
         pipeline = override(pipeline, key, value)
     dataset = resolve_dataset(train.dataset)
     alphabet_file = dataset / "alphabet.txt"
@@ -115,6 +117,28 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     if fresh and (folder / "config.json").exists():
         raise AsrkitError(f"{folder} already holds a run; resume it with --resume {folder}")
     return Run(folder, train, model_config, feature_config, pipeline, alphabet)
+
+
+def override_run(run: Run, overrides: list[str]) -> Run:
+    """``run`` with ``train`` settings changed (for ``--resume -o batch_size=8``, after running
+    out of memory, or ``-o epochs=20`` to train longer); other sections are fixed once a run
+    has started, since the weights depend on them."""
+    sections = split_overrides(overrides)
+    saved = {"model": run.model_config, "features": run.feature_config, "pipeline": run.pipeline}
+    for section, pairs in sections.items():
+        if section == "train":
+            continue
+        for key, value in pairs:  # the run's own value again (the same command line) is fine
+            if override(saved[section], key, value) != saved[section]:
+                raise AsrkitError(
+                    f"-o {section}.{key}={value}: a resumed run keeps its {section} settings; "
+                    "only train settings can change"
+                )
+    train = run.train
+    for key, value in sections.get("train", []):
+        train = override(train, key, value)
+    pipeline = replace(run.pipeline, batch_size=train.batch_size, seed=train.seed)
+    return replace(run, train=train, pipeline=pipeline)
 
 
 def load_run(folder: str | Path) -> Run:
@@ -145,3 +169,20 @@ def append_metrics(folder: Path, record: dict[str, Any]) -> None:
         f.write(json.dumps(record, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:
+    """A saved run, its model with the ``checkpoint`` weights (``best``, else ``latest``), and
+    that checkpoint's state: what evaluation, transcription and export all start from."""
+    from asrkit.train.checkpoints import Checkpoints
+
+    run = load_run(folder)
+    model = run.spec.build(run.model_config, run.extractor.num_features(run.feature_config),
+                           run.alphabet.num_classes)
+    checkpoints = Checkpoints(run.folder / "checkpoints", model=model)
+    state = checkpoints.restore(checkpoint)
+    if state is None and checkpoint != "latest":
+        state = checkpoints.restore("latest")
+    if state is None:
+        raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
+    return run, model, state

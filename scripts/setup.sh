@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up asrkit on a fresh machine: the sox program (system package) and a virtual environment
 # in .venv with asrkit, its bundled first-party plugins and the test tools. Safe to rerun.
+# The KenLM decoder plugin compiles kenlm (about 100 s the first time; needs g++).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,5 +20,5 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools
 echo "setup: installing asrkit and its plugins into .venv (first time: a few minutes)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-  -e ".[test,lint,type]" -e plugins/asrkit-importer-an4
+  -e ".[test,lint,type]" -e plugins/asrkit-importer-an4 -e plugins/asrkit-decoder-kenlm
 echo "setup: done; activate with: source .venv/bin/activate"

@@ -81,12 +81,22 @@ def test_train_then_evaluate(home, asrkit_cli, tmp_path):
     assert [e["step"] for e in epochs] == [4, 8] and "dev_wer" in epochs[0]
     assert json.loads((run / "checkpoints/latest.json").read_text())["state"]["global_step"] == 8
 
+    longer = asrkit_cli(["train", "--resume", run, "-o", "epochs=3", "--no-progress"])
+    assert longer.exit_code == 0, longer.stderr[-3000:]
+    assert "finished after 12 steps" in longer.stdout
+    assert json.loads((run / "config.json").read_text())["train"]["epochs"] == 3
+
     evaluated = asrkit_cli(["evaluate", run, "--split", "dev", "--json", "-", "--no-progress"])
     assert evaluated.exit_code == 0, evaluated.stderr[-3000:]
     report = json.loads(evaluated.stdout)
     assert report["utterances"] == 2 and report["split"] == "dev"
     assert set(report["samples"]) == {"best", "median", "worst"}
     assert report["words"] == sum(len(r["reference"].split()) for r in report["results"])
+    beam = asrkit_cli(["evaluate", run, "--split", "dev", "--decoder", "beam",
+                       "-o", "decoder.beam_width=4", "--json", "-", "--no-progress"])
+    assert beam.exit_code == 0 and json.loads(beam.stdout)["decoder"] == "beam"
+    wrong = asrkit_cli(["evaluate", run, "--decoder", "beam", "-o", "decoder.width=4"])
+    assert wrong.exit_code == 1 and "unknown setting 'width'" in wrong.stderr
     text = asrkit_cli(["evaluate", run, "--split", "dev", "--no-progress"])
     assert "ref: we must find a new home in the stars" in text.stdout
 
@@ -102,6 +112,14 @@ def test_ds2_trains_with_subsampling(home, asrkit_cli, tmp_path):
     assert result.exit_code == 0, result.stderr[-3000:]
     assert json.loads((run / "config.json").read_text())["train"]["model"] == "ds2"
     assert (run / "report.json").exists()
+    # Every weight is in the checkpoint: a restored model equals the trained one.
+    from asrkit.runs import load_run_model
+
+    _, first, _ = load_run_model(run, "latest")
+    _, second, _ = load_run_model(run, "latest")
+    assert len(first.weights) == len(second.weights) > 12
+    for a, b in zip(first.weights, second.weights, strict=True):
+        assert (a.numpy() == b.numpy()).all(), a.path
 
 
 def test_unknown_setting_is_a_one_line_error(home, asrkit_cli, tmp_path):
@@ -188,7 +206,7 @@ def test_corpus_wer_and_cer_equal_jiwer():
     import jiwer
 
     rng = random.Random(3)
-    words = "the a cat sat on mat dog ran far away house".split()
+    words = ["the", "a", "cat", "sat", "on", "mat", "dog", "ran", "far", "away", "house"]
     refs = [" ".join(rng.choices(words, k=rng.randint(1, 12))) for _ in range(300)]
     hyps = [" ".join(w for w in r.split() if rng.random() > 0.2) + rng.choice(["", " cat"])
             for r in refs]

@@ -56,9 +56,38 @@ def sox_binary() -> str:
 def decode(data: bytes, name: str) -> np.ndarray:
     """The samples of an encoded file as 16 kHz mono int16."""
     samples = _decode_native(data)
-    if samples is None:
-        samples = decode_with_sox(data, name)
-    return samples
+    if samples is not None:
+        return samples
+    try:
+        return decode_with_sox(data, name)
+    except AudioError:
+        fallback = _decode_with_libsndfile(data)
+        if fallback is None:
+            raise
+        return fallback
+
+
+def _decode_with_libsndfile(data: bytes) -> np.ndarray | None:
+    """16 kHz mono int16 of a file sox cannot read but libsndfile can (``None`` if neither):
+    Debian's sox has no Opus handler, while the libsndfile that ``soundfile`` bundles reads Ogg
+    Opus (and MP3). Channels are averaged, as sox mixes them; other rates are resampled by sox
+    from raw float samples, which every sox reads."""
+    try:
+        import soundfile
+
+        audio, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except Exception:  # libsndfile's errors are plain RuntimeErrors, or format-specific ones
+        return None
+    mono = audio.mean(axis=1).astype("<f4")
+    if rate == SAMPLE_RATE:
+        return np.clip(np.round(mono * 32768.0), -32768, 32767).astype(np.int16)
+    command = [sox_binary(), "-R", "-V1", "-t", "f32", "-r", str(rate), "-c", "1", "-L", "-",
+               "-t", "raw", "-e", "signed-integer", "-b", "16", "-c", "1",
+               "-r", str(SAMPLE_RATE), "-L", "-"]
+    result = subprocess.run(command, input=mono.tobytes(), capture_output=True, check=False)
+    if result.returncode != 0:
+        return None
+    return np.frombuffer(result.stdout, dtype="<i2")
 
 
 def _decode_native(data: bytes) -> np.ndarray | None:

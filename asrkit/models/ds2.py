@@ -62,6 +62,8 @@ class DS2(ModelSpec):
                     )
                     for i in range(config.rnn_layers)
                 ]
+                for i, rnn in enumerate(self.rnns):  # attributes, so checkpoints track them
+                    setattr(self, f"rnn{i}", rnn)
                 self.dropout = keras.layers.Dropout(config.dropout)
                 self.logits = keras.layers.Dense(num_classes, name="logits")
 

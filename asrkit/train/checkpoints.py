@@ -19,6 +19,16 @@ class Checkpoints:
     def __init__(self, folder: Path, **trackables: Any) -> None:
         import tensorflow as tf
 
+        from asrkit.errors import AsrkitError
+
+        model = trackables.get("model")
+        missing = untracked_weights(model) if model is not None else []
+        if missing:
+            raise AsrkitError(
+                f"the model's weights {', '.join(missing[:3])} would not be saved in checkpoints "
+                "(its layers are kept in a plain Python list); the model plugin must assign "
+                "each layer to an attribute"
+            )
         self.folder = folder
         self.folder.mkdir(parents=True, exist_ok=True)
         self.checkpoint = tf.train.Checkpoint(**trackables)
@@ -61,3 +71,17 @@ class Checkpoints:
         for folder in self.folder.glob("ckpt-*"):
             if folder.name not in keep:
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+def untracked_weights(model: Any) -> list[str]:
+    """Paths of the model's weights that a ``tf.train.Checkpoint`` of it would not save.
+
+    Keras 3 tracks layers held in a plain Python list for itself, but TensorFlow's object graph
+    does not follow them; their weights are then silently missing from every checkpoint, and a
+    restored model (evaluation, transcription, export) would run with fresh random values.
+    """
+    import tensorflow as tf
+
+    seen = {id(obj) for obj in tf.train.TrackableView(model).descendants()}
+    return [weight.path for weight in model.weights
+            if id(weight) not in seen and id(getattr(weight, "value", weight)) not in seen]

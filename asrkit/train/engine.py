@@ -187,8 +187,11 @@ class Trainer:
         self.started = time.monotonic()
         restored = self.checkpoints.restore("latest")
         state = LoopState(**restored) if restored else LoopState()
-        if restored and state.stop_reason.startswith("max_minutes"):
-            state.finished, state.stop_reason = False, ""  # a time budget ends, the run does not
+        if restored and not state.stop_reason.startswith("early stopping"):
+            # A time or step budget, or the epoch count, may have been raised (-o on resume).
+            state.finished, state.stop_reason = False, ""
+        if self.config.max_steps and state.global_step >= self.config.max_steps:
+            state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
         if restored:
             self._metrics({"event": "resume", "epoch": state.epoch, "step": state.global_step})
         elif self.chief:
@@ -199,7 +202,7 @@ class Trainer:
             # With several replicas a step takes several batches, which must not straddle two
             # epochs: then each epoch gets a dataset of its own.
             stop = self.config.epochs if self.replicas == 1 else state.epoch + 1
-            with self._lost_workers_are_errors():
+            with self._lost_workers_are_errors(), self._out_of_memory_is_an_error():
                 self._train(state, stop)
         if not state.finished:
             state.finished = True
@@ -289,6 +292,19 @@ class Trainer:
                 f"lost contact with another worker ({type(error).__name__}); restart "
                 f"every worker with --resume {self.run.folder} to continue from the last "
                 "checkpoint"
+            ) from None
+
+    @contextlib.contextmanager
+    def _out_of_memory_is_an_error(self) -> Any:
+        import tensorflow as tf
+
+        try:
+            yield
+        except tf.errors.ResourceExhaustedError:
+            raise AsrkitError(
+                f"out of memory with batches of {self.config.batch_size} utterances per device; "
+                "use a smaller --batch-size (or import with a lower --max-duration), then "
+                f"continue with --resume {self.run.folder}"
             ) from None
 
     # -- output: only the chief writes -------------------------------------------------------

@@ -48,7 +48,7 @@ def train_one_step(devices: list[str]) -> list[np.ndarray]:
 towers = train_one_step(["/cpu:0", "/cpu:1"])
 single = train_one_step(["/cpu:0"])
 print(json.dumps({
-    "max_difference": max(float(np.abs(a - b).max()) for a, b in zip(towers, single)),
-    "max_update": max(float(np.abs(a - b).max()) for a, b in zip(single, initial)),
+    "max_difference": max(float(np.abs(a - b).max()) for a, b in zip(towers, single, strict=True)),
+    "max_update": max(float(np.abs(a - b).max()) for a, b in zip(single, initial, strict=True)),
     "replicas": 2,
 }))

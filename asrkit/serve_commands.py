@@ -1,0 +1,135 @@
+"""``asrkit transcribe`` and ``asrkit export``: using a trained model outside training.
+
+Registered through the ``register_commands`` hook from asrkit's own entry point, as any plugin's
+commands are. The work is done by :mod:`asrkit.transcribe` and :mod:`asrkit.export`; TensorFlow
+is imported only when a command runs, so ``asrkit --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from asrkit import hookimpl
+from asrkit.errors import AsrkitError
+
+if TYPE_CHECKING:
+    from asrkit.transcribe import Options
+
+
+@click.command("transcribe")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--model", "-m", "model", required=True,
+              type=click.Path(exists=True, path_type=Path),
+              help="A run folder (its best checkpoint) or an export of `asrkit export` "
+                   "(SavedModel folder, TFLite folder or .tflite file).")
+@click.option("--decoder", default=None,
+              help="Registered decoder [default: the run's, else greedy].")
+@click.option("--checkpoint", type=click.Choice(["best", "latest"]), default="best",
+              show_default=True, help="Which checkpoint of a run folder.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object a line per file: text, duration, confidence, and words "
+                   "with start/end seconds and confidence.")
+@click.option("--chunk-seconds", type=click.FloatRange(min=1.0), default=20.0,
+              show_default=True, help="Longest piece decoded at once; longer recordings are "
+                                      "cut (in pauses) and stitched.")
+@click.option("--overlap-seconds", type=click.FloatRange(min=0.0), default=2.0,
+              show_default=True, help="Audio added on each side of a piece, so that words at "
+                                      "a cut are heard whole; keep it longer than the longest "
+                                      "word.")
+@click.option("-o", "settings", multiple=True, metavar="decoder.KEY=VALUE",
+              help="A decoder setting, e.g. decoder.beam_width=100 (see docs/decoders.md).")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | None,
+                       checkpoint: str, as_json: bool, chunk_seconds: float,
+                       overlap_seconds: float, settings: tuple[str, ...],
+                       no_progress: bool) -> None:
+    """Transcribe audio files, or every audio file under directories.
+
+    Any format, sample rate and channel count sox reads (WAV, FLAC, MP3, Ogg, Opus, ...) is
+    converted to 16 kHz mono on the fly. A file that cannot be read is reported on one line and
+    the others still transcribe; the exit status is then 1.
+    """
+    from asrkit.transcribe import (
+        Options,
+        audio_files,
+        load_recognizer,
+        resolve_decoder,
+        transcribe_files,
+    )
+
+    files = list(audio_files(inputs))
+    if not files:
+        raise AsrkitError("no audio files found in " + ", ".join(map(str, inputs)))
+    recognizer = load_recognizer(model, checkpoint)
+    chosen, warning = resolve_decoder(decoder, recognizer, settings)
+    if warning:
+        click.echo(f"asrkit: warning: {warning}", err=True)
+    options = Options(chunk_seconds, overlap_seconds, progress=not no_progress)
+    reported = 0
+    for transcript in transcribe_files(files, recognizer, chosen, options):
+        reported = _report_failures(options, reported)
+        if as_json:
+            _echo(json.dumps(transcript.to_json()))
+        elif len(files) == 1:
+            _echo(transcript.text)
+        else:
+            _echo(f"{transcript.path}: {transcript.text}")
+    _report_failures(options, reported)
+    if options.failures:
+        raise AsrkitError(f"{len(options.failures)} of {len(files)} files could not be "
+                          "transcribed")
+
+
+def _report_failures(options: Options, reported: int) -> int:
+    """Print the failures not yet printed, so they appear in file order among the transcripts;
+    returns how many are printed now."""
+    for failure in options.failures[reported:]:
+        _echo(f"asrkit: error: {failure.path}: {failure.message}", err=True)
+    return len(options.failures)
+
+
+def _echo(line: str, err: bool = False) -> None:
+    """Print a line with the progress bars (on stderr) cleared first and redrawn after, so the
+    two never share a line."""
+    from tqdm import tqdm
+
+    with tqdm.external_write_mode():
+        click.echo(line, err=err)
+
+
+@click.command("export")
+@click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["savedmodel", "tflite"]),
+              default="savedmodel", show_default=True)
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+              help="Folder to write [default: RUN/export/FORMAT].")
+@click.option("--checkpoint", type=click.Choice(["best", "latest"]), default="best",
+              show_default=True)
+@click.option("--force", is_flag=True, help="Replace an existing export.")
+@click.option("--json", "as_json", is_flag=True, help="Print the export's asrkit.json.")
+def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str, force: bool,
+                   as_json: bool) -> None:
+    """Export a trained run as a model that takes raw 16 kHz PCM (features inside).
+
+    Signatures `logits` and `transcribe` (greedy text), for float32 PCM in [-1, 1] and, as
+    `*_int16`, for int16 PCM. The export is checked against the checkpoint before it is written.
+    """
+    from asrkit.export import export_run
+
+    meta = export_run(run, fmt, output, checkpoint, force)
+    if as_json:
+        click.echo(json.dumps(meta, indent=2))
+        return
+    click.echo(f"exported {meta['model']} (step {meta['global_step']}) as {fmt} to "
+               f"{meta['path']}; logits match the checkpoint within "
+               f"{meta['verified_max_abs_diff']:.1e}")
+
+
+@hookimpl
+def register_commands(cli: click.Group) -> None:
+    cli.add_command(transcribe_command)
+    cli.add_command(export_command)
