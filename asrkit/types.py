@@ -23,6 +23,17 @@ if TYPE_CHECKING:
 #: Names of registered objects: what a user types after ``asrkit import`` or ``--model``.
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
+#: Dataset names (folder names under ``$ASRKIT_HOME/datasets``) and split names.
+DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def safe_name(text: str, fallback: str) -> str:
+    """``text`` made usable as a dataset or split name (other characters become ``_``), or
+    ``fallback`` when nothing is left."""
+    return _NOT_IN_NAMES.sub("_", text).strip("._") or fallback
+
+
 #: Index of the CTC blank relative to the alphabet: the last class (see the module docstring).
 BLANK_IS_LAST = True
 

@@ -34,13 +34,11 @@ import click
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
-from asrkit.types import Importer, Resource, Utterance
+from asrkit.types import DATASET_NAME, Importer, Resource, Utterance, safe_name
 
 #: Words in a CSV's name that say which split it is.
 SPLIT_WORDS = {"train": "train", "training": "train", "dev": "dev", "valid": "dev",
                "validation": "dev", "val": "dev", "test": "test"}
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 
 def split_from_name(stem: str) -> str:
@@ -49,7 +47,7 @@ def split_from_name(stem: str) -> str:
     for word in re.split(r"[-_.\s]+", lowered):
         if word in SPLIT_WORDS:
             return SPLIT_WORDS[word]
-    return _UNSAFE.sub("_", lowered).strip("._") or "train"
+    return safe_name(lowered, "train")
 
 
 def _abs(path: str | Path) -> str:
@@ -91,13 +89,10 @@ class DeepSpeechCsvImporter(Importer):
         ]
 
     def dataset_name(self, options: Mapping[str, Any]) -> str:
-        name = options.get("name")
-        if name:
-            if not _SAFE_NAME.match(name):
-                raise AsrkitError(f"--name {name!r}: use letters, digits, '.', '_', '+', '-'")
-            return name
+        if options.get("name"):
+            return str(options["name"])  # the engine checks that it is a valid name
         first = Path(_abs(self._files(options)[0])).parent.name
-        return _UNSAFE.sub("_", first).strip("._") or "csv"
+        return safe_name(first, "csv")
 
     def _files(self, options: Mapping[str, Any]) -> list[str]:
         files = [_abs(f) for f in options.get("files") or ()]
@@ -132,7 +127,7 @@ class DeepSpeechCsvImporter(Importer):
                 options: Mapping[str, Any]) -> Iterator[Utterance]:
         root = self.root(options)
         forced = options.get("split")
-        if forced and not _SAFE_NAME.match(forced):
+        if forced and not DATASET_NAME.match(forced):
             raise AsrkitError(f"--split {forced!r}: use letters, digits, '.', '_', '+', '-'")
         seen: set[tuple[str, str]] = set()
         taken: set[tuple[str, str]] = set()

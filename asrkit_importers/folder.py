@@ -27,7 +27,6 @@ from __future__ import annotations
 import csv
 import io
 import posixpath
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -37,7 +36,7 @@ import click
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
-from asrkit.types import Importer, Resource, Utterance
+from asrkit.types import DATASET_NAME, Importer, Resource, Utterance, safe_name
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".sph", ".nist", ".m4a", ".aiff",
                     ".aif", ".au")
@@ -45,13 +44,11 @@ FILE_COLUMNS = ("file", "path", "filename", "wav_filename", "audio")
 TEXT_COLUMNS = ("transcript", "text", "sentence")
 SPLIT_NAMES = ("train", "dev", "test")
 DEFAULT_SPLIT = "train"
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 
 def check_split(split: str, where: str) -> str:
     """A split name becomes a file name (``<split>.csv``): letters, digits, ``._+-`` only."""
-    if not _SAFE_NAME.match(split):
+    if not DATASET_NAME.match(split):
         raise AsrkitError(f"{where}: split name {split!r} must be letters, digits, '.', '_', "
                           "'+' or '-'")
     return split
@@ -59,7 +56,7 @@ def check_split(split: str, where: str) -> str:
 
 def dataset_name_from(path: Path) -> str:
     """A folder name usable as a dataset name."""
-    name = _UNSAFE.sub("_", Path(path).resolve().name).strip("._") or "folder"
+    name = safe_name(Path(path).resolve().name, "folder")
     return name
 
 
@@ -97,11 +94,8 @@ class FolderImporter(Importer):
         ]
 
     def dataset_name(self, options: Mapping[str, Any]) -> str:
-        name = options.get("name")
-        if name:
-            if not _SAFE_NAME.match(name):
-                raise AsrkitError(f"--name {name!r}: use letters, digits, '.', '_', '+', '-'")
-            return name
+        if options.get("name"):
+            return str(options["name"])  # the engine checks that it is a valid name
         return dataset_name_from(Path(options["path"]))
 
     def resources(self, options: Mapping[str, Any]) -> list[Resource]:

@@ -39,7 +39,7 @@ from asrkit.data.import_cli import DEFAULT_MAX_SECONDS
 from asrkit.data.manifest import DATASET_JSON, Row, csv_text, write_atomic, write_json
 from asrkit.errors import AsrkitError
 from asrkit.text import Alphabet, normalize
-from asrkit.types import Importer, Resource, Utterance
+from asrkit.types import DATASET_NAME, Importer, Resource, Utterance
 
 FORMAT_VERSION = 1
 STATE_DIR = ".import"
@@ -361,6 +361,8 @@ def run_import(importer: Importer, options: Mapping[str, Any], config: ImportCon
                provider: str = "") -> ImportResult:
     """Import a corpus into ``<home>/datasets/<dataset name>`` (or ``config.output``)."""
     name = importer.dataset_name(options)
+    if not DATASET_NAME.match(name):
+        raise AsrkitError(f"dataset name {name!r}: use letters, digits, '.', '_', '+' and '-'")
     dataset = config.output or config.home / "datasets" / name
     state = dataset / STATE_DIR
     resources = importer.resources(options)
