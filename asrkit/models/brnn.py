@@ -47,7 +47,7 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
     import tensorflow as tf
 
     from asrkit.features import context_windows
-    from asrkit.models.layers import HoistedLSTM, clipped_relu, normal_init
+    from asrkit.models.layers import HoistedBiLSTM, clipped_relu, normal_init
 
     def dense(units: int, name: str, override: float) -> Any:
         std = override or config.init_stddev
@@ -60,9 +60,7 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
             self.h1 = dense(config.n_hidden, "h1", config.h1_stddev)
             self.h2 = dense(config.n_hidden, "h2", config.h2_stddev)
             self.h3 = dense(2 * config.n_cell, "h3", config.h3_stddev)
-            self.forward_lstm = HoistedLSTM(config.n_cell, config.forget_bias, name="lstm_fw")
-            self.backward_lstm = HoistedLSTM(config.n_cell, config.forget_bias, reverse=True,
-                                             name="lstm_bw")
+            self.lstm = HoistedBiLSTM(config.n_cell, config.forget_bias, name="bilstm")
             self.h5 = dense(config.n_hidden, "h5", config.h5_stddev)
             self.logits = dense(num_classes, "logits", config.logits_stddev)
             self.dropout = keras.layers.Dropout(config.dropout)
@@ -72,7 +70,7 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
             x = context_windows(features, config.context)
             for layer in (self.h1, self.h2, self.h3):
                 x = self.dropout(clipped_relu(layer(x), config.relu_clip), training=training)
-            x = tf.concat([self.forward_lstm(x, lengths), self.backward_lstm(x, lengths)], -1)
+            x = self.lstm(x, lengths)
             x = self.dropout(clipped_relu(self.h5(x), config.relu_clip), training=training)
             return self.logits(x)
 

@@ -166,11 +166,11 @@ class Trainer:
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
     def evaluate(self, split: str) -> Evaluation:
-        from asrkit import plugins
         from asrkit.data.pipeline import make_dataset
+        from asrkit.decoders import load_decoder
 
         if self.decoder is None:
-            self.decoder = plugins.get("decoder", self.config.decoder)
+            self.decoder = load_decoder(self.config.decoder)
         if split not in self.eval_batches:  # built once: its order is fixed, no shuffling
             self.eval_batches[split] = make_dataset(
                 self.dataset_dir, split, self.run.alphabet, self.extractor,
@@ -318,8 +318,11 @@ class Trainer:
             self.checkpoints.save(kind, state.global_step, state.to_json())
 
     def _audio_seconds(self, batch: Any) -> float:
+        """Seconds of audio in a batch, from its frame counts (an extractor without a
+        ``step_ms`` setting is taken to use the usual 10 ms)."""
+        step = getattr(self.run.feature_config, "step_ms", 10.0) / 1000
         lengths = self.strategy.experimental_local_results(batch["feature_lengths"])
-        return float(sum(int(x.numpy().sum()) for x in lengths)) / 100.0
+        return float(sum(int(x.numpy().sum()) for x in lengths)) * step
 
     def _checkpoint_due(self, state: LoopState, last_save: float) -> bool:
         every = self.config.checkpoint_steps
