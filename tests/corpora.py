@@ -1,7 +1,7 @@
 """Fixture archives in the corpora's real layouts, built from real speech.
 
 Every builder returns the bytes of an archive laid out exactly as the published corpus is
-(folder names, file names, transcript formats; see ``/work/shared/reference/corpora.md``), made
+(folder names, file names, transcript formats; see the importers' module docstrings), made
 from the real recordings in ``tests/fixtures/speech/`` converted with the real ``sox`` binary
 (SPHERE, FLAC, MP3). Each builder also returns the *known answers*: the utterances an importer
 must produce, with their normalised transcripts and exact lengths, computed here from the source
