@@ -52,7 +52,7 @@ def test_towers_match_one_device_with_the_doubled_batch():
 
 def test_ldc93s1_smoke_test_learns_the_utterance(home, asrkit_cli, tmp_path):
     """DeepSpeech's smoke test: a narrow brnn, batch 1, on the one utterance, to an exact
-    transcription (it first decodes exactly after about 260 steps)."""
+    transcription (it first decodes exactly after about 215 steps)."""
     run = tmp_path / "smoke"
     started = time.monotonic()
     result = asrkit_cli(["train", "--dataset", "ldc93s1", "--epochs", "300", "--batch-size", "1",
