@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asrkit.errors import AsrkitError
+from asrkit.types import SAMPLE_RATE
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,8 +55,6 @@ FORMATS = ("savedmodel", "tflite")
 #: The export's description, beside the model.
 METADATA_FILE = "asrkit.json"
 TFLITE_FILE = "model.tflite"
-#: The sample rate every asrkit model hears (the datasets store 16 kHz).
-SAMPLE_RATE = 16000
 #: int16 PCM to [-1, 1): the scale the training pipeline uses (``asrkit.data.shards.parse``).
 PCM_SCALE = 32768.0
 #: Largest logit difference accepted between an export and its checkpoint. float32 kernels

@@ -36,14 +36,12 @@ from typing import TYPE_CHECKING, Any
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
 from asrkit.hookspecs import Register
-from asrkit.types import FeatureExtractor
+from asrkit.types import SAMPLE_RATE, FeatureExtractor
 
 if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
 
-#: The sample rate every asrkit dataset stores (see :mod:`asrkit.data.shards`).
-SAMPLE_RATE = 16000
 #: python_speech_features floors filterbank energies and frame energies at float64 epsilon before
 #: the log (``numpy.finfo(float).eps``); the same floor keeps silent frames identical.
 FLOAT64_EPS = 2.220446049250313e-16

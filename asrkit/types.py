@@ -34,8 +34,8 @@ def safe_name(text: str, fallback: str) -> str:
     return _NOT_IN_NAMES.sub("_", text).strip("._") or fallback
 
 
-#: Index of the CTC blank relative to the alphabet: the last class (see the module docstring).
-BLANK_IS_LAST = True
+#: The one sample rate of asrkit: imports convert to it, features and models read it.
+SAMPLE_RATE = 16000
 
 
 @dataclass(frozen=True)

@@ -74,3 +74,21 @@ def installed(tmp_path_factory: pytest.TempPathFactory):
         return cache[name]
 
     return install
+
+
+#: A narrow brnn that trains in seconds on the CPU.
+TINY = ["-o", "model.n_hidden=32", "-o", "model.n_cell=32", "-o", "model.context=2"]
+
+
+@pytest.fixture(scope="session")
+def datasets(tmp_path_factory):
+    """ASRKIT_HOME with the `sample` and `ldc93s1` datasets imported once."""
+    home = tmp_path_factory.mktemp("home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
+    env["ASRKIT_HOME"] = str(home)
+    ldc = SPEECH / "ldc93s1"
+    for args in (["sample"], ["ldc93s1", "--archive", ldc / "LDC93S1.wav",
+                              "--archive", ldc / "LDC93S1.txt"]):
+        subprocess.run([sys.executable, "-m", "asrkit", "import", *map(str, args),
+                        "--no-progress"], env=env, check=True, capture_output=True)
+    return home

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.test_training import TINY, datasets  # noqa: F401  (the imported-datasets fixture)
+from tests.conftest import TINY
 
 SCRIPT = Path(__file__).parent / "scripts" / "multiworker_step.py"
 
@@ -46,7 +46,7 @@ def test_two_workers_equal_one_worker_with_the_same_global_batch(tmp_path):
     assert max(np.abs(w0[k] - ref[k]).max() for k in keys) < 1e-4
 
 
-def test_dead_worker_stops_the_other_and_both_resume(datasets, tmp_path):  # noqa: F811
+def test_dead_worker_stops_the_other_and_both_resume(datasets, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
     env["ASRKIT_HOME"] = str(datasets)
     run = tmp_path / "run"

@@ -15,23 +15,7 @@ import pytest
 from asrkit.data.manifest import write_json
 from asrkit.data.shards import ShardRecord, write_shard
 from asrkit.metrics import corpus_score
-from tests.conftest import SPEECH
-
-TINY = ["-o", "model.n_hidden=32", "-o", "model.n_cell=32", "-o", "model.context=2"]
-
-
-@pytest.fixture(scope="module")
-def datasets(tmp_path_factory):
-    """ASRKIT_HOME with the `sample` and `ldc93s1` datasets imported once."""
-    home = tmp_path_factory.mktemp("home")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
-    env["ASRKIT_HOME"] = str(home)
-    ldc = SPEECH / "ldc93s1"
-    for args in (["sample"], ["ldc93s1", "--archive", ldc / "LDC93S1.wav",
-                              "--archive", ldc / "LDC93S1.txt"]):
-        subprocess.run([sys.executable, "-m", "asrkit", "import", *map(str, args),
-                        "--no-progress"], env=env, check=True, capture_output=True)
-    return home
+from tests.conftest import SPEECH, TINY
 
 
 @pytest.fixture

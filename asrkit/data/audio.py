@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from asrkit.errors import AsrkitError
+from asrkit.types import SAMPLE_RATE
 
-SAMPLE_RATE = 16000
 SAMPLE_WIDTH = 2
 
 #: sox's name for a format, by file extension, where it cannot tell from a pipe.

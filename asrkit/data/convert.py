@@ -11,11 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from asrkit.data.audio import SAMPLE_RATE, cut, decode, wav_bytes
-
-#: Frames per second of the features the models read (10 ms step, 25 ms window).
-FRAME_STEP = 160
-FRAME_LENGTH = 400
+from asrkit.data.audio import cut, decode, wav_bytes
+from asrkit.types import SAMPLE_RATE
 
 
 @dataclass(frozen=True)
@@ -37,10 +34,12 @@ class SegmentResult:
 
 
 def feature_frames(samples: int) -> int:
-    """Feature frames for ``samples`` (python_speech_features' framing: last frame padded)."""
-    if samples <= FRAME_LENGTH:
-        return 1 if samples > 0 else 0
-    return 1 + -(-(samples - FRAME_LENGTH) // FRAME_STEP)
+    """10 ms feature frames of ``samples`` (the ``mfcc`` extractor's framing): CTC needs at
+    least as many as the transcript has labels."""
+    from asrkit.features import MFCCConfig, count_frames, frame_geometry
+
+    window, step = frame_geometry(MFCCConfig())
+    return count_frames(samples, window, step)
 
 
 def convert_member(

@@ -101,11 +101,12 @@ def expected_for(resource: Resource, url: str, options: DownloadOptions) -> Expe
 
 
 def verify_file(path: Path, expected: Expected, options: DownloadOptions,
-                set_aside: bool = True) -> str:
-    """Check ``path`` against ``expected``; return its sha256. A mismatch raises; a download
+                set_aside: bool = True, digest: str | None = None) -> str:
+    """Check ``path`` against ``expected``; return its sha256 (``digest``, when the caller
+    hashed the bytes as it wrote them, else read from the file). A mismatch raises; a download
     that does not match is set aside as ``<name>.bad`` (a user's own file is left alone)."""
     size = path.stat().st_size
-    actual = sha256_of(path, options.progress)
+    actual = digest or sha256_of(path, options.progress)
     problem = None
     if expected.size is not None and size != expected.size:
         problem = f"is {size:,} bytes, expected {expected.size:,}"
@@ -154,25 +155,56 @@ def fetch(resource: Resource, directory: Path, options: DownloadOptions) -> tupl
             f"no sha256 is known for {resource.filename}; serve a {CHECKSUM_FILE} beside it on "
             "the mirror, or pass --no-verify to import it unverified"
         )
+    streamed = None
     if not final.exists():
         partial = final.with_name(final.name + ".part")
-        _download(url, partial, expected.size, options)
+        streamed = _download(url, partial, expected.size, options)
         os.replace(partial, final)
-    digest = verify_file(final, expected, options)
+    digest = verify_file(final, expected, options, digest=streamed)
     marker.write_text(f"{_stat_key(final)} {digest}\n")
     return final, digest
 
 
-def _download(url: str, partial: Path, size: int | None, options: DownloadOptions) -> None:
-    """Stream ``url`` into ``partial``, resuming what is there and retrying transient errors."""
+class _Hash:
+    """The sha256 of the first ``length`` bytes of the file being written. Bytes are hashed as
+    they are written, so a 54 GB download is not read a second time to be verified; only a
+    partial file left by a killed run is read once, to catch up."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.digest, self.length = hashlib.sha256(), 0
+
+    def catch_up(self, path: Path) -> None:
+        size = path.stat().st_size if path.exists() else 0
+        if size == self.length:
+            return
+        self.reset()
+        if size:
+            with open(path, "rb") as f:
+                while chunk := f.read(CHUNK):
+                    self.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self.digest.update(chunk)
+        self.length += len(chunk)
+
+
+def _download(url: str, partial: Path, size: int | None, options: DownloadOptions) -> str:
+    """Stream ``url`` into ``partial``, resuming what is there and retrying transient errors;
+    return the file's sha256."""
     attempt = 0
+    hashed = _Hash()
     while True:
-        offset = partial.stat().st_size if partial.exists() else 0
+        hashed.catch_up(partial)
+        offset = hashed.length
         if size is not None and offset == size:
-            return
+            return hashed.digest.hexdigest()
         try:
-            _stream(url, partial, offset, size, options)
-            return
+            _stream(url, partial, offset, size, options, hashed)
+            hashed.catch_up(partial)  # a 416 (already complete) wrote nothing new
+            return hashed.digest.hexdigest()
         except (requests.ConnectionError, requests.Timeout,
                 requests.exceptions.ChunkedEncodingError, _Transient) as error:
             attempt += 1
@@ -189,7 +221,7 @@ class _Transient(Exception):
 
 
 def _stream(url: str, partial: Path, offset: int, size: int | None,
-            options: DownloadOptions) -> None:
+            options: DownloadOptions, hashed: _Hash) -> None:
     headers = {"Range": f"bytes={offset}-"} if offset else {}
     with requests.get(url, headers=headers, stream=True, timeout=options.timeout) as response:
         if response.status_code == 416 and offset:
@@ -201,8 +233,9 @@ def _stream(url: str, partial: Path, offset: int, size: int | None,
                 f"downloading {url} failed: HTTP {response.status_code} {response.reason}; "
                 "check the URL or --mirror"
             )
-        if response.status_code == 200:
+        if response.status_code == 200 and offset:
             offset = 0  # the server ignored the Range: start again
+            hashed.reset()
         length = response.headers.get("Content-Length")
         total = size if size is not None else (offset + int(length) if length else None)
         mode = "ab" if offset else "wb"
@@ -212,6 +245,7 @@ def _stream(url: str, partial: Path, offset: int, size: int | None,
         ) as bar:
             for chunk in response.iter_content(STREAM_CHUNK):
                 out.write(chunk)
+                hashed.update(chunk)
                 bar.update(len(chunk))
         received = partial.stat().st_size
         if total is not None and received < total:

@@ -39,7 +39,7 @@ from asrkit.data.import_cli import DEFAULT_MAX_SECONDS
 from asrkit.data.manifest import DATASET_JSON, Row, csv_text, write_atomic, write_json
 from asrkit.errors import AsrkitError
 from asrkit.text import Alphabet, normalize
-from asrkit.types import DATASET_NAME, Importer, Resource, Utterance
+from asrkit.types import DATASET_NAME, SAMPLE_RATE, Importer, Resource, Utterance
 
 FORMAT_VERSION = 1
 STATE_DIR = ".import"
@@ -230,7 +230,7 @@ def convert(sources: list[Source], planned: list[Planned], dataset: Path, journa
     def finish(member: str, results: list[SegmentResult]) -> None:
         nonlocal audio_seconds
         journal.add(member, results)
-        audio_seconds += sum(r.samples for r in results if r.reason is None) / 16000
+        audio_seconds += sum(r.samples for r in results if r.reason is None) / SAMPLE_RATE
         bar.update(len(results))
         bar.set_postfix_str(f"{audio_seconds / 3600:.2f} h audio")
 
@@ -404,7 +404,7 @@ def run_import(importer: Importer, options: Mapping[str, Any], config: ImportCon
             if result.detail:
                 errors[item.member] = result.detail
             continue
-        row = Row(item.path, result.size, item.transcript, result.samples / 16000,
+        row = Row(item.path, result.size, item.transcript, result.samples / SAMPLE_RATE,
                   item.utterance.speaker)
         by_split[item.utterance.split].append((item.utterance.id, row))
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SAMPLE_RATE = 16000
+from asrkit.types import SAMPLE_RATE
+
 SHARD_DIR = "shards"
 
 

@@ -21,7 +21,7 @@ import contextlib
 import math
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tqdm import tqdm
@@ -49,7 +49,6 @@ class LoopState:
     steps_per_epoch: int | None = None
     finished: bool = False
     stop_reason: str = ""
-    history: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -134,6 +133,7 @@ class Trainer:
         self.predict = make_predict(self.model, self.spec, run.model_config, num_features)
         self.decoder: Any = None
         self.eval_batches: dict[str, Any] = {}
+        self.applied_lr: float | None = None
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -235,7 +235,9 @@ class Trainer:
                 bar = self._progress(state)
                 started, utterances, audio = time.monotonic(), 0, 0.0
             lr = learning_rate(self.config.learning_rate, state, self.config.warmup_steps)
-            self.optimizer.inner_optimizer.learning_rate.assign(lr)
+            if lr != self.applied_lr:  # a host-to-device write only when it changes
+                self.optimizer.inner_optimizer.learning_rate.assign(lr)
+                self.applied_lr = lr
             losses = self.train_step(batch).numpy()
             self._check_finite(losses, batch, state)
             state.step_in_epoch += 1
@@ -388,7 +390,6 @@ class Trainer:
         if stop and state.epochs_without_improvement >= stop:
             state.finished = True
             state.stop_reason = f"early stopping: no improvement for {stop} epochs"
-        state.history.append(record)
         self._metrics(record)
         self._save("latest", state)
         if improved or metric is None:
