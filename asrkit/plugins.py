@@ -3,17 +3,20 @@
 Plugins are modules named by entry points in the ``asrkit`` group; asrkit's own importers,
 models, decoders and features are found the same way, through asrkit's own entry points.
 Loading never lets one broken plugin take the command line down: a plugin that fails to import,
-whose hooks raise, or that registers something invalid is recorded as a :class:`LoadFailure`
-and the rest keep working. ``ASRKIT_STRICT_PLUGINS=1`` turns failures into an error exit;
+whose hooks raise (even ``SystemExit``), or that registers something invalid is recorded as a
+:class:`LoadFailure` and the rest keep working. Nor can a plugin take asrkit over: asrkit's own
+distribution is loaded first and its commands and names always win, whatever another
+distribution's name sorts as. ``ASRKIT_STRICT_PLUGINS=1`` turns failures into an error exit;
 ``ASRKIT_DISABLE_PLUGINS=a,b`` skips plugins by entry-point or distribution name.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
-from types import ModuleType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -46,6 +49,9 @@ class PluginInfo:
     module: str
     hooks: list[str]
     registered: dict[str, list[str]] = field(default_factory=dict)
+    #: Modules holding the plugin's code (its own module, those of what it registered): a
+    #: traceback frame in one of them, or in a submodule, is this plugin's.
+    code: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,11 @@ def one_line(error: BaseException) -> str:
     """``Type: message`` on a single line, for reports that must not spill tracebacks."""
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _module_of(obj: Any) -> str | None:
+    name = getattr(obj, "__module__", None)
+    return name if isinstance(name, str) else None
 
 
 def strict_mode() -> bool:
@@ -89,22 +100,28 @@ class PluginSet:
     def load_entry_points(self, disabled: set[str] | None = None) -> None:
         """Load every installed ``asrkit`` entry point, in a stable order."""
         disabled = disabled_names() if disabled is None else disabled
-        points = sorted(
-            metadata.entry_points(group=ENTRY_POINT_GROUP),
-            key=lambda ep: (ep.dist.name if ep.dist else "", ep.name),
-        )
-        for ep in points:
-            dist = ep.dist.name if ep.dist else "unknown"
-            version = ep.dist.version if ep.dist else ""
-            provider = Provider(ep.name, dist, version)
-            if ep.name in disabled or dist in disabled:
+        points = [
+            (Provider(ep.name, ep.dist.name if ep.dist else "unknown",
+                      ep.dist.version if ep.dist else ""), ep)
+            for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
+        ]
+        # asrkit's own first: what it registers is in place before any other plugin runs.
+        points.sort(key=lambda item: (not item[0].builtin, item[0].distribution, item[0].plugin))
+        for provider, ep in points:
+            if provider.plugin in disabled or provider.distribution in disabled:
                 continue
             try:
                 module = ep.load()
-            except Exception as error:  # a broken plugin must not take the CLI down
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # even sys.exit() in a plugin must not end asrkit
                 self.failures.append(LoadFailure(provider, one_line(error)))
                 continue
             self.add_module(module, provider)
+
+    def fail(self, provider: Provider, error: str) -> None:
+        """Record that ``provider``'s plugin could not be (fully) used."""
+        self.failures.append(LoadFailure(provider, error))
 
     def add_module(self, module: ModuleType | Any, provider: Provider) -> None:
         """Register one plugin module (or object with hook implementations) and collect what its
@@ -117,11 +134,15 @@ class PluginSet:
             return
         try:
             self.manager.register(module, name=provider.plugin)
-        except Exception as error:  # e.g. a hook implementation with a wrong signature
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # e.g. a hook implementation with a wrong signature
             self.failures.append(LoadFailure(provider, one_line(error)))
             return
         hooks = sorted(caller.name for caller in self.manager.get_hookcallers(module) or [])
-        info = PluginInfo(provider, getattr(module, "__name__", repr(module)), hooks)
+        name = getattr(module, "__name__", None)
+        info = PluginInfo(provider, name if isinstance(name, str) else repr(module), hooks)
+        info.code.add(name if isinstance(name, str) else _module_of(type(module)) or "")
         self.plugins[provider.plugin] = info
         for hook_name, kind in REGISTER_HOOKS.items():
             if hook_name in hooks:
@@ -136,46 +157,50 @@ class PluginSet:
         implementation = getattr(info_module(self.manager, info), hook_name)
         try:
             implementation(register=register)
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:
             self.failures.append(LoadFailure(info.provider, f"{hook_name}: {one_line(error)}"))
             return
         for name, obj in found:
             self.registry.add(kind, obj, info.provider)
             info.registered.setdefault(kind, []).append(name)
+            info.code.add(_module_of(type(obj)) or "")
 
     def add_commands(self, cli: click.Group) -> None:
-        """Let every plugin add its commands to ``cli`` (the ``register_commands`` hook)."""
-        for info in self.plugins.values():
+        """Let every plugin add its commands to ``cli`` (the ``register_commands`` hook).
+
+        asrkit's own plugins go first. Each plugin's hook gets a group of its own, not ``cli``:
+        it can add commands, and its commands are copied over only where the name is free, so
+        no plugin can replace, remove or change a command that is already there.
+        """
+        import click
+
+        for info in sorted(self.plugins.values(), key=lambda i: not i.provider.builtin):
             if "register_commands" not in info.hooks:
                 continue
-            before = dict(cli.commands)
+            staging = click.Group(cli.name)
             try:
-                info_module(self.manager, info).register_commands(cli=cli)
-            except Exception as error:
-                self.failures.append(
-                    LoadFailure(info.provider, f"register_commands: {one_line(error)}")
-                )
+                info_module(self.manager, info).register_commands(cli=staging)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:
+                self.fail(info.provider, f"register_commands: {one_line(error)}")
                 continue
-            replaced = sorted(n for n, c in before.items() if cli.commands.get(n) is not c)
-            if replaced:  # a plugin may add commands, never take over existing ones
-                cli.commands.update({name: before[name] for name in replaced})
-                self.failures.append(LoadFailure(
-                    info.provider,
-                    f"register_commands: command {replaced[0]!r} already exists; not replaced",
-                ))
-            added = sorted(set(cli.commands) - set(before))
-            if added:
-                info.registered.setdefault("command", []).extend(added)
+            for name, command in sorted(staging.commands.items()):
+                if name in cli.commands:
+                    self.fail(info.provider,
+                              f"register_commands: command {name!r} already exists; not replaced")
+                    continue
+                cli.add_command(command, name)
+                info.registered.setdefault("command", []).append(name)
+                info.code.add(_module_of(command.callback) or "")
 
     # -- reporting ---------------------------------------------------------------------------
 
-    def conflict_failures(self) -> list[str]:
-        registry = self.registry
-        return [registry.conflict_message(kind, name) for kind, name in registry.conflicts]
-
     def problems(self) -> list[str]:
         """Every load failure and name conflict, one line each."""
-        return [f.message() for f in self.failures] + self.conflict_failures()
+        return [f.message() for f in self.failures] + self.registry.problems()
 
     def check_strict(self) -> None:
         """Raise on the first problem when ``ASRKIT_STRICT_PLUGINS`` is set."""
@@ -205,8 +230,68 @@ class PluginSet:
                 }
                 for f in self.failures
             ],
-            "conflicts": self.conflict_failures(),
+            "conflicts": self.registry.problems(),
         }
+
+
+    # -- blame -------------------------------------------------------------------------------
+
+    def culprit(self, error: BaseException) -> Provider | None:
+        """The third-party plugin whose code raised ``error``: the one owning the outermost
+        frame of its traceback (or of the errors it was raised from) that belongs to a plugin
+        other than asrkit's own. ``None`` when no plugin's code is involved."""
+        modules = self._third_party_code()
+        files: dict[str, Provider] | None = None
+        for frame in _frames(error):
+            module = frame.f_globals.get("__name__")
+            for root, provider in modules:
+                if isinstance(module, str) and (module == root or module.startswith(root + ".")):
+                    return provider
+            if files is None:
+                files = self._third_party_files()
+            provider = files.get(os.path.realpath(frame.f_code.co_filename))
+            if provider is not None:
+                return provider
+        return None
+
+    def _third_party_code(self) -> list[tuple[str, Provider]]:
+        """(module, provider) for every module of a third-party plugin, asrkit's left out."""
+        own = {"asrkit"} | {m for i in self.plugins.values() if i.provider.builtin for m in i.code}
+        return [
+            (module, info.provider)
+            for info in self.plugins.values() if not info.provider.builtin
+            for module in sorted(info.code)
+            if module and not any(module == o or module.startswith(o + ".") for o in own)
+        ]
+
+    def _third_party_files(self) -> dict[str, Provider]:
+        """The source files of each installed third-party plugin's distribution (its record
+        lists every file pip installed), for code that lives beside the plugin's modules."""
+        files: dict[str, Provider] = {}
+        for info in self.plugins.values():
+            if info.provider.builtin:
+                continue
+            try:
+                dist = metadata.distribution(info.provider.distribution)
+            except metadata.PackageNotFoundError:
+                continue
+            for path in dist.files or []:
+                if path.suffix == ".py":
+                    files.setdefault(os.path.realpath(str(dist.locate_file(path))), info.provider)
+        return files
+
+
+def _frames(error: BaseException) -> Iterator[Any]:
+    """The frames of ``error``'s traceback, outermost first, then those of its causes."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        tb: TracebackType | None = current.__traceback__
+        while tb is not None:
+            yield tb.tb_frame
+            tb = tb.tb_next
+        current = current.__cause__ or current.__context__
 
 
 def info_module(manager: pluggy.PluginManager, info: PluginInfo) -> Any:

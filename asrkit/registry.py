@@ -8,6 +8,9 @@ from typing import Any
 from asrkit.errors import PluginError
 from asrkit.types import KINDS, NAME_PATTERN
 
+#: The distribution whose plugins are asrkit's own: their names can never be taken by another.
+BUILTIN_DISTRIBUTION = "asrkit"
+
 
 @dataclass(frozen=True)
 class Provider:
@@ -20,6 +23,11 @@ class Provider:
     def __str__(self) -> str:
         return f"{self.distribution} (plugin {self.plugin!r})"
 
+    @property
+    def builtin(self) -> bool:
+        """Whether asrkit's own distribution provides it."""
+        return self.distribution == BUILTIN_DISTRIBUTION
+
 
 @dataclass(frozen=True)
 class Registration:
@@ -31,13 +39,17 @@ class Registration:
 
 @dataclass
 class Registry:
-    """Everything the plugins registered. A name claimed by two distributions is kept out of the
-    registry and remembered as a conflict, so neither silently shadows the other."""
+    """Everything the plugins registered. A name claimed by two third-party distributions is
+    kept out of the registry and remembered as a conflict, so neither silently shadows the other.
+    A name of asrkit's own is never withheld: another plugin's claim on it is ignored and
+    remembered, so that installing a plugin can never take a built-in away."""
 
     entries: dict[str, dict[str, Registration]] = field(
         default_factory=lambda: {kind: {} for kind in KINDS}
     )
     conflicts: dict[tuple[str, str], list[Provider]] = field(default_factory=dict)
+    #: Third-party registrations of a built-in name, ignored in favour of the built-in.
+    ignored: dict[tuple[str, str], list[Provider]] = field(default_factory=dict)
 
     def validate(self, kind: str, obj: Any) -> str:
         """Return the name of ``obj`` if it is a valid ``kind``, else raise :class:`PluginError`."""
@@ -58,15 +70,27 @@ class Registry:
     def add(self, kind: str, obj: Any, provider: Provider) -> None:
         name = self.validate(kind, obj)
         key = (kind, name)
-        if key in self.conflicts:
-            self.conflicts[key].append(provider)
-            return
+        registration = Registration(kind, name, obj, provider)
         existing = self.entries[kind].get(name)
-        if existing is not None:
+        clashed = self.conflicts.get(key)
+        if clashed is not None and provider.builtin and not any(p.builtin for p in clashed):
+            # third parties clashed over a name that turns out to be asrkit's: asrkit's wins
+            self.ignored.setdefault(key, []).extend(self.conflicts.pop(key))
+        elif clashed is not None:
+            clashed.append(provider)
+            return
+        elif existing is None:
+            pass
+        elif existing.provider.builtin and not provider.builtin:
+            self.ignored.setdefault(key, []).append(provider)
+            return
+        elif provider.builtin and not existing.provider.builtin:
+            self.ignored.setdefault(key, []).append(existing.provider)
+        else:
             del self.entries[kind][name]
             self.conflicts[key] = [existing.provider, provider]
             return
-        self.entries[kind][name] = Registration(kind, name, obj, provider)
+        self.entries[kind][name] = registration
 
     def conflict_message(self, kind: str, name: str) -> str:
         providers = self.conflicts[(kind, name)]
@@ -75,6 +99,20 @@ class Registry:
             f"{kind} {name!r} is registered by both {who}; uninstall one of them or block one "
             "with ASRKIT_DISABLE_PLUGINS"
         )
+
+    def ignored_message(self, kind: str, name: str) -> str:
+        builtin = self.entries[kind][name].provider
+        who = " and ".join(str(p) for p in self.ignored[(kind, name)])
+        return (
+            f"{kind} {name!r} is registered by both {builtin} and {who}; asrkit's own is used "
+            f"and the plugin's is ignored (rename it in the plugin, or block asrkit's with "
+            f"ASRKIT_DISABLE_PLUGINS={builtin.plugin})"
+        )
+
+    def problems(self) -> list[str]:
+        """Every name conflict and every ignored claim on a built-in name, one line each."""
+        return ([self.conflict_message(kind, name) for kind, name in self.conflicts]
+                + [self.ignored_message(kind, name) for kind, name in self.ignored])
 
     def names(self, kind: str) -> list[str]:
         return sorted(self.entries[kind])
