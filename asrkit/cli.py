@@ -13,7 +13,6 @@ whose code failed. ``-v``/``--verbose`` or ``ASRKIT_DEBUG=1`` adds the traceback
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import sys
@@ -41,6 +40,8 @@ class Group(click.Group):
     listing = "commands"
 
     def unknown(self, name: str) -> str:
+        import difflib
+
         close = difflib.get_close_matches(name, list(self.commands), n=1)
         hint = f"did you mean {close[0]!r}?" if close else \
             f"{self.listing}: " + (", ".join(sorted(self.commands)) or "none")
@@ -177,9 +178,6 @@ def run(args: list[str] | None = None, plugins: PluginSet | None = None) -> int:
         return _fail("aborted", EXIT_ERROR)
     except KeyboardInterrupt:
         return _interrupted()
-    except BrokenPipeError:  # the reader (`| head`) has gone: nothing more to say
-        _silence_stdout()
-        return EXIT_ERROR
     except (SystemExit, GeneratorExit):
         raise
     except BaseException as error:
@@ -232,15 +230,6 @@ def _verbose(args: list[str]) -> bool:
         if not arg.startswith("-"):  # the command: flags after it are its own
             return False
     return False
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so that Python's final flush does not complain again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
 
 
 def main() -> None:

@@ -53,6 +53,12 @@ class PluginInfo:
     #: traceback frame in one of them, or in a submodule, is this plugin's.
     code: set[str] = field(default_factory=set)
 
+    def claim(self, obj: Any) -> None:
+        """Count the module that defines ``obj`` (a class or function) as this plugin's code."""
+        module = getattr(obj, "__module__", None)
+        if isinstance(module, str):
+            self.code.add(module)
+
 
 @dataclass(frozen=True)
 class LoadFailure:
@@ -70,11 +76,6 @@ def one_line(error: BaseException) -> str:
     """``Type: message`` on a single line, for reports that must not spill tracebacks."""
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-def _module_of(obj: Any) -> str | None:
-    name = getattr(obj, "__module__", None)
-    return name if isinstance(name, str) else None
 
 
 def strict_mode() -> bool:
@@ -141,8 +142,11 @@ class PluginSet:
             return
         hooks = sorted(caller.name for caller in self.manager.get_hookcallers(module) or [])
         name = getattr(module, "__name__", None)
-        info = PluginInfo(provider, name if isinstance(name, str) else repr(module), hooks)
-        info.code.add(name if isinstance(name, str) else _module_of(type(module)) or "")
+        if isinstance(name, str):  # a module
+            info = PluginInfo(provider, name, hooks, code={name})
+        else:  # an object with hook implementations
+            info = PluginInfo(provider, repr(module), hooks)
+            info.claim(type(module))
         self.plugins[provider.plugin] = info
         for hook_name, kind in REGISTER_HOOKS.items():
             if hook_name in hooks:
@@ -165,7 +169,7 @@ class PluginSet:
         for name, obj in found:
             self.registry.add(kind, obj, info.provider)
             info.registered.setdefault(kind, []).append(name)
-            info.code.add(_module_of(type(obj)) or "")
+            info.claim(type(obj))
 
     def add_commands(self, cli: click.Group) -> None:
         """Let every plugin add its commands to ``cli`` (the ``register_commands`` hook).
@@ -194,7 +198,7 @@ class PluginSet:
                     continue
                 cli.add_command(command, name)
                 info.registered.setdefault("command", []).append(name)
-                info.code.add(_module_of(command.callback) or "")
+                info.claim(command.callback)
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -249,9 +253,9 @@ class PluginSet:
                     return provider
             if files is None:
                 files = self._third_party_files()
-            provider = files.get(os.path.realpath(frame.f_code.co_filename))
-            if provider is not None:
-                return provider
+            owner = files.get(os.path.realpath(frame.f_code.co_filename))
+            if owner is not None:
+                return owner
         return None
 
     def _third_party_code(self) -> list[tuple[str, Provider]]:
@@ -261,7 +265,7 @@ class PluginSet:
             (module, info.provider)
             for info in self.plugins.values() if not info.provider.builtin
             for module in sorted(info.code)
-            if module and not any(module == o or module.startswith(o + ".") for o in own)
+            if not any(module == o or module.startswith(o + ".") for o in own)
         ]
 
     def _third_party_files(self) -> dict[str, Provider]:

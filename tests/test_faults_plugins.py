@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import click
@@ -17,7 +18,7 @@ from asrkit import hookimpl
 from asrkit.plugins import PluginSet
 from asrkit.registry import Provider
 from asrkit.types import Importer
-from tests.conftest import ROOT, run_asrkit
+from tests.conftest import ROOT, make_distribution, pip_install, run_asrkit
 
 # A distribution whose name sorts before "asrkit", registering asrkit's own names.
 HIJACK = """
@@ -52,24 +53,30 @@ import sys
 sys.exit(3)
 """
 
-# A plugin whose code fails at run time, in an importer and in a command.
-BOOM = """
+# A plugin whose code fails at run time, in an importer and in a command. Its entry point is a
+# submodule; the importer's corpus listing comes from the package beside it.
+BOOM_PACKAGE = """
+def listing():
+    '''The corpus's files, read from its index (which is broken).'''
+    yield from ()
+    raise ValueError("corpus index is malformed")
+"""
+
+BOOM_PLUGIN = """
 import time
 
 import click
 from asrkit import hookimpl
 from asrkit.types import Importer
 
-
-def _index():
-    raise ValueError("corpus index is malformed")
+from asrkit_boom import listing
 
 
 class Boom(Importer):
     name = "boom"
     description = "An importer whose corpus index cannot be read."
     def resources(self, options):
-        return _index()
+        return listing()
     def prepare(self, metadata, members, options):
         return iter(())
 
@@ -105,8 +112,13 @@ def hijack(installed):
 
 
 @pytest.fixture(scope="module")
-def boom(installed):
-    return installed("asrkit-boom", "asrkit_boom", BOOM, {"boom": "asrkit_boom"})
+def boom(tmp_path_factory):
+    base = tmp_path_factory.mktemp("asrkit-boom")
+    folder = make_distribution(base / "src", "asrkit-boom", "asrkit_boom", BOOM_PACKAGE,
+                               {"boom": "asrkit_boom.plugin"})
+    (folder / "asrkit_boom" / "plugin.py").write_text(textwrap.dedent(BOOM_PLUGIN))
+    pip_install(folder, base / "site")
+    return base / "site"
 
 
 def lines(text: str) -> list[str]:
@@ -259,6 +271,7 @@ PLUGIN_LINE = "asrkit: error: plugin 'boom' (distribution asrkit-boom 1.2.3) fai
 
 
 def test_importer_error_names_the_plugin(boom, tmp_path):
+    """Raised in a module of the plugin's distribution that asrkit never loaded by name."""
     result = run_asrkit("import", "boom", "--no-progress", pythonpath=boom,
                         env={"ASRKIT_HOME": str(tmp_path)})
     assert result.returncode == 1
@@ -277,7 +290,7 @@ def test_verbose_shows_the_traceback(boom, how):
     args = [] if how == "ASRKIT_DEBUG" else how
     result = run_asrkit(*args, "boom", pythonpath=boom, env=env)
     assert result.returncode == 1
-    assert "Traceback" in result.stderr and 'asrkit_boom/__init__.py", line' in result.stderr
+    assert "Traceback" in result.stderr and 'asrkit_boom/plugin.py", line' in result.stderr
     assert lines(result.stderr)[-1] == PLUGIN_LINE + "KeyError: 'missing'"
 
 
