@@ -22,7 +22,7 @@ import click
 
 from asrkit import __version__
 from asrkit.errors import OUT_OF_MEMORY, AsrkitError, describe_os_error
-from asrkit.plugins import PluginSet, get_plugins, one_line
+from asrkit.plugins import PluginInfo, PluginSet, get_plugins, one_line
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DEBUG_ENV = "ASRKIT_DEBUG"
@@ -75,11 +75,22 @@ class ImportGroup(Group):
         return super().unknown(name)
 
 
+def _provided(plugins: PluginSet, info: PluginInfo, kind: str, name: str) -> str:
+    """``name``, marked when the registry does not use this plugin's ``kind`` of that name."""
+    registry = plugins.registry
+    if info.provider in registry.ignored.get((kind, name), []):
+        return f"{name} (ignored)"
+    if (kind, name) in registry.conflicts:
+        return f"{name} (withheld)"
+    return name
+
+
 def _plugin_table(plugins: PluginSet) -> str:
     rows = [("PLUGIN", "DISTRIBUTION", "VERSION", "PROVIDES")]
     for info in plugins.plugins.values():
         provides = "; ".join(
-            f"{kind} {', '.join(names)}" for kind, names in sorted(info.registered.items())
+            f"{kind} {', '.join(_provided(plugins, info, kind, name) for name in names)}"
+            for kind, names in sorted(info.registered.items())
         )
         rows.append((info.provider.plugin, info.provider.distribution, info.provider.version,
                      provides or "(hooks: " + ", ".join(info.hooks) + ")"))

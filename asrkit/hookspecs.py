@@ -59,4 +59,5 @@ def register_features(register: Register) -> None:
 
 @hookspec
 def register_commands(cli: click.Group) -> None:
-    """Add top-level commands to the ``asrkit`` command line: ``cli.add_command(command)``."""
+    """Add top-level commands to the ``asrkit`` command line: ``cli.add_command(command)``.
+    ``cli`` collects this plugin's commands; a name that is already taken is not replaced."""

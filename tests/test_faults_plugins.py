@@ -215,6 +215,8 @@ def test_duplicate_of_a_builtin_keeps_the_builtin(hijack):
     assert "asrkit's own is used" in conflict
     table = run_asrkit("plugins", pythonpath=hijack).stdout
     assert "aardvark-hijack (plugin 'hijack'); asrkit's own is used" in table
+    (row,) = [line for line in table.splitlines() if line.startswith("hijack ")]
+    assert row.endswith("importer sample (ignored)")
 
 
 def test_duplicate_of_a_builtin_in_process(make_plugins):
@@ -262,6 +264,9 @@ def test_two_third_party_duplicates_are_withheld(make_plugins):
     assert "toy" not in plugins.registry.names("importer")
     (problem,) = plugins.problems()
     assert "dist-one (plugin 'one') and dist-two (plugin 'two')" in problem
+    from asrkit.cli import _plugin_table
+
+    assert "importer toy (withheld)" in _plugin_table(plugins)
 
 
 # -- 4. a plugin's run-time error is one line naming the plugin ---------------------------------
