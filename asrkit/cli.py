@@ -36,16 +36,16 @@ NoArgsIsHelp = getattr(click.exceptions, "NoArgsIsHelpError", ())
 class Group(click.Group):
     """A group whose unknown-command error says what exists instead."""
 
-    kind = "command"
-    listing = "commands"
+    item = "command"
+    item_listing = "commands"
 
     def unknown(self, name: str) -> str:
         import difflib
 
         close = difflib.get_close_matches(name, list(self.commands), n=1)
         hint = f"did you mean {close[0]!r}?" if close else \
-            f"{self.listing}: " + (", ".join(sorted(self.commands)) or "none")
-        return f"no {self.kind} {name!r}; {hint}"
+            f"{self.item_listing}: " + (", ".join(sorted(self.commands)) or "none")
+        return f"no {self.item} {name!r}; {hint}"
 
     def resolve_command(self, ctx: click.Context,
                         args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
@@ -59,8 +59,8 @@ class Group(click.Group):
 class ImportGroup(Group):
     """``asrkit import``: a name that is installed but unusable says why."""
 
-    kind = "importer"
-    listing = "installed"
+    item = "importer"
+    item_listing = "installed"
 
     def __init__(self, plugins: PluginSet, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -237,7 +237,6 @@ class PluginSet:
             "conflicts": self.registry.problems(),
         }
 
-
     # -- blame -------------------------------------------------------------------------------
 
     def culprit(self, error: BaseException) -> Provider | None:

@@ -112,7 +112,8 @@ class Registry:
     def problems(self) -> list[str]:
         """Every name conflict and every ignored claim on a built-in name, one line each."""
         return ([self.conflict_message(kind, name) for kind, name in self.conflicts]
-                + [self.ignored_message(kind, name) for kind, name in self.ignored])
+                + [self.ignored_message(kind, name) for kind, name in self.ignored
+                   if name in self.entries[kind]])
 
     def names(self, kind: str) -> list[str]:
         return sorted(self.entries[kind])
