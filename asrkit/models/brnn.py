@@ -18,7 +18,7 @@ stacked inside the model, on the accelerator, so the input pipeline ships plain 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from asrkit import hookimpl
 from asrkit.types import ModelSpec
@@ -84,6 +84,16 @@ class BRNN(ModelSpec):
     description = "Deep Speech's bidirectional RNN over MFCC with context (Hannun et al. 2014)."
     Config = BRNNConfig
     features = "mfcc"
+    presets: ClassVar[dict[str, dict[str, str]]] = {
+        # The notebook: its sizes, and its whitening of every utterance's inputs (one mean and
+        # deviation over all its values), without which a quarter of layer 1's clipped-ReLU
+        # units start saturated at N(0, 0.1) (brnn.md).
+        "full": {"features.normalize": "utterance"},
+        # Learns within minutes on a 2-core CPU (docs/models.md has the measurements).
+        "cpu": {"model.n_hidden": "256", "model.n_cell": "256", "model.context": "5",
+                "features.normalize": "utterance", "train.warmup_steps": "100",
+                "train.eval_every_minutes": "3"},
+    }
 
     def build(self, config: BRNNConfig, num_features: int, num_classes: int) -> Any:
         return build_brnn(config, num_features, num_classes)

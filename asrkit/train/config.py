@@ -67,6 +67,13 @@ class TrainConfig:
     #: Stop with an error after this many consecutive batches with a non-finite loss.
     max_bad_batches: int = 10
     log_every: int = 10
+    #: Evaluate on the dev split every this many minutes of training and/or steps (0 = off),
+    #: besides every epoch end and the stop; the best checkpoint is chosen among them all.
+    eval_every_minutes: float = 0.0
+    eval_every_steps: int = 0
+    #: The model's size preset (:mod:`asrkit.presets`): auto (``full`` on GPUs, ``cpu`` on a
+    #: CPU), a preset's name, or none. A run records the one it used.
+    preset: str = "auto"
 
     def __post_init__(self) -> None:
         if self.early_stop_metric not in ("loss", "wer", "cer"):
