@@ -70,11 +70,13 @@ def progress(run: Path) -> dict[str, float]:
     state = json.loads((run / "checkpoints/latest.json").read_text())["state"]
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     rates = [e["audio_seconds_per_second"] for e in steps if e["event"] == "step"]
+    dev = [(e["step"], round(e["dev_cer"], 4)) for e in steps if e["event"] == "evaluation"]
     config = json.loads((run / "config.json").read_text())
     return {"steps": state["global_step"], "epochs": round(
         state["epoch"] + state["step_in_epoch"] / max(state.get("steps_per_epoch") or 1, 1), 2),
         "audio_seconds_per_second": round(rates[-1], 1) if rates else 0.0,
-        "preset": config["train"]["preset"], "batch_size": config["train"]["batch_size"]}
+        "preset": config["train"]["preset"], "batch_size": config["train"]["batch_size"],
+        "dev_cer_by_step": dev}
 
 
 def main() -> None:
@@ -84,6 +86,8 @@ def main() -> None:
     parser.add_argument("--models", default="ds2,brnn")
     parser.add_argument("--variant", action="append", default=[],
                         help="NAME:SETTING;SETTING: also train with these -o settings")
+    parser.add_argument("--skip-default", action="store_true",
+                        help="train only the --variant runs")
     parser.add_argument("--train", type=int, default=2400, help="training sentences")
     parser.add_argument("--work", type=Path, default=Path("bench-work"))
     parser.add_argument("--json", type=Path)
@@ -97,7 +101,7 @@ def main() -> None:
            "--no-progress")
     print(f"corpus ready in {time.monotonic() - started:.0f} s", flush=True)
 
-    variants = {"default": []}
+    variants: dict[str, list[str]] = {} if args.skip_default else {"default": []}
     for item in args.variant:
         name, _, settings = item.partition(":")
         variants[name] = [s for s in settings.split(";") if s]
@@ -124,8 +128,9 @@ def main() -> None:
 
 def line(row: dict) -> str:
     sets = ", ".join(f"{s} CER {row[s]['cer']:.1%} WER {row[s]['wer']:.1%}" for s in TEST_SETS)
+    dev = " ".join(f"{step}:{cer:.1%}" for step, cer in row["dev_cer_by_step"])
     return (f"{row['model']} ({row['variant']}, preset {row['preset']}) after {row['minutes']:g} "
-            f"min, {row['steps']} steps: {sets}")
+            f"min, {row['steps']} steps: {sets}; dev CER by step {dev}")
 
 
 def table(results: list[dict]) -> str:
