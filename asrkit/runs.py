@@ -93,10 +93,12 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     folder must not hold a run yet."""
     from asrkit import plugins
     from asrkit.data.pipeline import PipelineConfig
+    from asrkit.train.config import check_names
 
     sections = split_overrides(overrides)
     for key, value in sections.get("train", []):
         train = override(train, key, value)
+    check_names(train)
     spec = plugins.get("model", train.model)
     model_config = spec.Config()
     for key, value in sections.get("model", []):

@@ -14,18 +14,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from asrkit import hookimpl
+from asrkit.train.config import setting
 from asrkit.types import ModelSpec
 
 
 @dataclass(frozen=True)
 class DS2Config:
-    conv_channels: int = 32
+    conv_channels: int = setting(32, min=1)
     #: Time stride of the first convolution (the model's subsampling factor).
-    time_stride: int = 2
-    rnn_layers: int = 2
-    rnn_units: int = 256
-    dropout: float = 0.1
-    relu_clip: float = 20.0
+    time_stride: int = setting(2, min=1)
+    rnn_layers: int = setting(2, min=1)
+    rnn_units: int = setting(256, min=1)
+    dropout: float = setting(0.1, min=0, below=1)
+    relu_clip: float = setting(20.0, above=0)
 
 
 class DS2(ModelSpec):
