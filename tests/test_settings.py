@@ -41,11 +41,12 @@ def home(datasets, monkeypatch):
     (["-o", "model.dropout=1.5"], "setting dropout=1.5 is not allowed: must be a number in [0, 1)"),
     (["-o", "model.context=-1"], "setting context=-1 is not allowed: must be an integer >= 0"),
     (["-o", "log_every=0"], "setting log_every=0 is not allowed: must be an integer >= 1"),
-    (["-o", "learning_rate=nan"], "setting learning_rate=nan is not allowed: must be a number, "
-                                  "not nan"),
+    (["-o", "learning_rate=nan"], "setting learning_rate=nan is not allowed: must be a number > "
+                                  "0, not nan"),
     (["-o", "learning_rate=-1"], "setting learning_rate=-1.0 is not allowed: must be a number "
                                  "> 0"),
-    (["--learning-rate", "inf"], "setting learning_rate=inf is not allowed: must be finite"),
+    (["--learning-rate", "inf"], "setting learning_rate=inf is not allowed: must be finite: a "
+                                 "number > 0"),
     (["-o", "devices=abc"], "setting devices='abc' is not allowed: must be '' (every GPU, else "
                             "the CPU), 'cpu', GPU indices such as '0,1', or device names such as "
                             "'/cpu:0,/cpu:1'"),
@@ -146,7 +147,7 @@ def test_override_types_every_kind_of_field(key, value, expected):
     ("maybe_rate", "{", "-o maybe_rate={: not a number or none"),
     ("counts", "1,x", "-o counts=1,x: not a comma-separated list of integers"),
     ("counts", "1,0", "setting counts=1,0 is not allowed: must be an integer >= 1"),
-    ("rate", "nan", "setting rate=nan is not allowed: must be a number, not nan"),
+    ("rate", "nan", "setting rate=nan is not allowed: must be a number > 0, not nan"),
 ])
 def test_override_refuses_in_one_line(key, value, message):
     with pytest.raises(AsrkitError) as error:

@@ -165,15 +165,22 @@ def validate(config: Any, error: type[AsrkitError] = AsrkitError) -> None:
 def _check(value: Any, kind: Any, allowed: Range) -> str:
     """What is wrong with one value (an item of a tuple setting), or ``""``."""
     if not _is(value, kind):
-        return f"must be {_type_name(kind)}"
+        return f"must be {_wanted(kind, allowed)}"
     if kind is float and math.isnan(value):
-        return "must be a number, not nan"
+        return f"must be {_wanted(kind, allowed)}, not nan"
     if kind is float and allowed.finite and math.isinf(value):
-        return "must be finite"
+        return f"must be finite: {_wanted(kind, allowed)}"
     if kind in (int, float, str) and not allowed.allows(value):
-        numeric = kind is not str and not allowed.choices
-        return f"must be {_type_name(kind) + ' ' if numeric else ''}{allowed.describe()}"
+        return f"must be {_wanted(kind, allowed)}"
     return ""
+
+
+def _wanted(kind: Any, allowed: Range) -> str:
+    """``an integer >= 1``, ``one of loss, wer, cer``, ``a string``: what a setting takes."""
+    if allowed.choices or allowed.pattern:
+        return allowed.describe()
+    bounds = allowed.describe()
+    return _type_name(kind) if bounds == "any value" else f"{_type_name(kind)} {bounds}"
 
 
 def _show(value: Any) -> str:
