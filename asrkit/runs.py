@@ -25,7 +25,14 @@ from typing import Any
 from asrkit.data.manifest import DATASET_JSON, write_json
 from asrkit.errors import AsrkitError
 from asrkit.text import Alphabet
-from asrkit.train.config import TrainConfig, from_dict, override, split_overrides, to_dict
+from asrkit.train.config import (
+    TrainConfig,
+    check_names,
+    from_dict,
+    override,
+    split_overrides,
+    to_dict,
+)
 
 
 def resolve_dataset(name: str) -> Path:
@@ -111,6 +118,7 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     for key, value in split_overrides(overrides).get("train", []):
         train = override(train, key, value)
     train = replace(train, preset=preset or "none")
+    check_names(train)
     sections = split_overrides(from_preset + list(overrides))
     model_config = spec.Config()
     for key, value in sections.get("model", []):
@@ -152,6 +160,7 @@ def override_run(run: Run, overrides: list[str]) -> Run:
     train = run.train
     for key, value in sections.get("train", []):
         train = override(train, key, value)
+    check_names(train)
     pipeline = replace(run.pipeline, batch_size=train.batch_size, seed=train.seed)
     return replace(run, train=train, pipeline=pipeline)
 

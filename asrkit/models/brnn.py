@@ -21,25 +21,29 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from asrkit import hookimpl
+from asrkit.train.config import setting, validate
 from asrkit.types import ModelSpec
 
 
 @dataclass(frozen=True)
 class BRNNConfig:
-    n_hidden: int = 494
-    n_cell: int = 494
-    context: int = 9
-    dropout: float = 0.05
-    relu_clip: float = 20.0
-    forget_bias: float = 1.0
+    n_hidden: int = setting(494, min=1)
+    n_cell: int = setting(494, min=1)
+    context: int = setting(9, min=0)
+    dropout: float = setting(0.05, min=0, below=1)
+    relu_clip: float = setting(20.0, above=0)
+    forget_bias: float = setting(1.0)
     #: Standard deviation of the dense layers' initial weights and biases.
-    init_stddev: float = 0.1
+    init_stddev: float = setting(0.1, above=0)
     #: Per-layer overrides of ``init_stddev`` (layers h1, h2, h3, h5, logits); 0 = use default.
-    h1_stddev: float = 0.0
-    h2_stddev: float = 0.0
-    h3_stddev: float = 0.0
-    h5_stddev: float = 0.0
-    logits_stddev: float = 0.0
+    h1_stddev: float = setting(0.0, min=0)
+    h2_stddev: float = setting(0.0, min=0)
+    h3_stddev: float = setting(0.0, min=0)
+    h5_stddev: float = setting(0.0, min=0)
+    logits_stddev: float = setting(0.0, min=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:

@@ -14,20 +14,24 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from asrkit import hookimpl
+from asrkit.train.config import setting, validate
 from asrkit.types import ModelSpec
 
 
 @dataclass(frozen=True)
 class DS2Config:
-    conv_channels: int = 32
+    conv_channels: int = setting(32, min=1)
     #: The model's subsampling of time (1-4): the first convolution strides time by 2 (by 3
     #: for 3), the second by what is left. 4 halves the recurrent work of 2 and still leaves a
     #: frame every 40 ms, enough for characters at ordinary speaking rates.
-    time_stride: int = 2
-    rnn_layers: int = 2
-    rnn_units: int = 256
-    dropout: float = 0.1
-    relu_clip: float = 20.0
+    time_stride: int = setting(2, min=1, max=4)
+    rnn_layers: int = setting(2, min=1)
+    rnn_units: int = setting(256, min=1)
+    dropout: float = setting(0.1, min=0, below=1)
+    relu_clip: float = setting(20.0, above=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 def conv_strides(config: DS2Config) -> tuple[int, int]:

@@ -364,16 +364,31 @@ class Trainer:
 
     @contextlib.contextmanager
     def _out_of_memory_is_an_error(self) -> Any:
+        """Out of memory, and a full disk (which TensorFlow reports as resource exhausted too, or
+        as an unknown error; Python as OSError ENOSPC), each as one line saying what to do."""
+        import errno
+        import shutil
+
         import tensorflow as tf
 
         try:
             yield
-        except tf.errors.ResourceExhaustedError:
-            raise AsrkitError(
-                f"out of memory with batches of {self.config.batch_size} utterances per device; "
-                "use a smaller --batch-size (or import with a lower --max-duration), then "
-                f"continue with --resume {self.run.folder}"
-            ) from None
+        except (tf.errors.OpError, OSError) as error:
+            if (getattr(error, "errno", None) == errno.ENOSPC
+                    or "No space left on device" in str(error)):
+                free = shutil.disk_usage(self.run.folder).free
+                raise AsrkitError(
+                    f"disk full: no space left on device writing into {self.run.folder} "
+                    f"({free / 2**20:.0f} MiB free there); free some space, then continue with "
+                    f"--resume {self.run.folder}"
+                ) from None
+            if isinstance(error, tf.errors.ResourceExhaustedError):
+                raise AsrkitError(
+                    f"out of memory with batches of {self.config.batch_size} utterances per "
+                    "device; use a smaller --batch-size (or import with a lower --max-duration), "
+                    f"then continue with --resume {self.run.folder}"
+                ) from None
+            raise
 
     # -- output: only the chief writes -------------------------------------------------------
 
