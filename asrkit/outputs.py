@@ -6,6 +6,9 @@ and nothing else: never the current folder or a folder above it, never a folder 
 or the corpus being read, never a folder without the marker, and never one holding files asrkit
 does not write there (a user's notes, another model). Each refusal is one line, and nothing is
 deleted. A typo in ``--output`` can then cost at worst a refusal, never a user's files.
+
+A folder made by a version of asrkit before the marker (it holds ``dataset.json`` or
+``asrkit.json``, and nothing asrkit does not write) counts as asrkit's.
 """
 
 from __future__ import annotations
@@ -120,7 +123,8 @@ def check_replaceable(target: Path, layout: Layout, holds: Iterable[tuple[Path, 
     if not real.is_dir():
         raise OutputError(f"{target} is a file, not a folder asrkit made; refusing to replace "
                           "it: remove it yourself or choose another --output")
-    if not (real / MARKER).is_file():
+    legacy = any((real / name).exists() for name in layout.evidence)  # made before the marker
+    if not (real / MARKER).is_file() and not legacy:
         raise OutputError(f"{target} was not made by asrkit (it has no {MARKER} file); refusing "
                           "to replace it: remove it yourself or choose another --output")
     others = foreign(real, layout)

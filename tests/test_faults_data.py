@@ -116,6 +116,15 @@ def test_force_replaces_only_what_asrkit_made(asrkit_cli, asrkit_home, rec):
     assert (dataset / "dataset.json").exists()
 
 
+def test_force_adopts_a_dataset_made_before_the_marker(asrkit_cli, asrkit_home, rec):
+    dataset = asrkit_home / "datasets" / "rec"
+    assert asrkit_cli(corpora.import_args("folder", rec)).exit_code == 0
+    (dataset / ".asrkit-output").unlink()  # as an older asrkit left it
+    again = asrkit_cli(corpora.import_args("folder", rec, "--force"))
+    assert again.exit_code == 0, again.stderr
+    assert (dataset / ".asrkit-output").is_file()
+
+
 # -- the folder walker --------------------------------------------------------------------------
 
 

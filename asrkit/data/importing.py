@@ -224,13 +224,14 @@ class Journal:
         self.path = path
         self.done: dict[str, list[SegmentResult]] = {}
         if path.exists():
-            text = path.read_text(encoding="utf-8", errors="replace")
-            if not text.endswith("\n") and text:
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
                 # A torn last line (killed, or the disk filled, mid-write) is cut off, so that
                 # the next line appended starts on a line of its own.
+                data = data[:data.rfind(b"\n") + 1]
                 with open(path, "r+b") as f:
-                    f.truncate(text.encode("utf-8", errors="replace").rfind(b"\n") + 1)
-            for line in text.splitlines():
+                    f.truncate(len(data))
+            for line in data.decode("utf-8", errors="replace").splitlines():
                 try:
                     entry = json.loads(line)
                 except json.JSONDecodeError:
