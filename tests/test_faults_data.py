@@ -176,8 +176,13 @@ def test_dangling_links_and_fifos_are_skipped(tmp_path):
     """As git-annex and DVC leave them, and a named pipe that would block any reader."""
     root = tmp_path / "annexed"
     recording(root, "a")
-    (root / "b.wav").symlink_to(".git/annex/objects/Xy/Zw/SHA256E-s1--0.wav")
+    (root / "b.wav").symlink_to(".git/annex/objects/Xy/Zw/SHA256E-s1--0.wav")  # not fetched
     (root / "b.txt").write_text("we are sure")
+    fetched = root / ".git/annex/objects/Ab/Cd/SHA256E-s2--1.wav"
+    fetched.parent.mkdir(parents=True)
+    shutil.copyfile(CLIPS["spk2_snt2"].path, fetched)
+    (root / "d.wav").symlink_to(fetched.relative_to(root))  # fetched: read through the link
+    (root / "d.txt").write_text(CLIPS["spk2_snt2"].transcript)
     os.mkfifo(root / "notes.txt")
     os.mkfifo(root / "c.wav")
     (root / "c.txt").write_text("what joy")
@@ -186,7 +191,8 @@ def test_dangling_links_and_fifos_are_skipped(tmp_path):
                         env={"ASRKIT_HOME": str(home)}, timeout=60)
     assert result.returncode == 0, result.stderr
     report = report_of(home / "datasets" / "annexed")
-    assert report["total"]["utterances"] == 1
+    assert report["splits"]["train"]["utterances"] == 2  # a and d; nothing from .git/
+    assert "train/d" not in json.dumps(report["skipped"])
     assert report["skipped"]["dangling link"]["files"] == ["b.wav"]
     assert report["skipped"]["special file (pipe, socket or device)"]["files"] == [
         "c.wav", "notes.txt"]
