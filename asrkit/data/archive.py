@@ -135,12 +135,9 @@ class Source:
             for name in sorted(wanted):
                 member = root / name
                 try:
-                    if stat.S_ISREG(member.lstat().st_mode):
-                        data = member.read_bytes()
-                    else:
-                        continue  # replaced since the scan: reported as unreadable
+                    data = _file_reader(member)()
                 except OSError:
-                    continue
+                    continue  # removed or replaced since the scan: reported as unreadable
                 yield name, data
             return
         for name, read, link, _ in self._walk({}):
