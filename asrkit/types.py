@@ -84,6 +84,8 @@ class Importer(ABC):
     homepage: ClassVar[str] = ""
     license: ClassVar[str] = ""
     splits: ClassVar[tuple[str, ...]] = ("train", "dev", "test")
+    #: Largest transcript or listing member read, in bytes; a larger one is refused by name.
+    max_metadata_bytes: ClassVar[int] = 16 << 20
 
     def options(self) -> list[click.Parameter]:
         """Extra command-line parameters of ``asrkit import <name>`` (e.g. ``--release``)."""
