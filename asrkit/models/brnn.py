@@ -95,7 +95,8 @@ class BRNN(ModelSpec):
         "full": {"features.normalize": "utterance"},
         # Learns within minutes on a 2-core CPU (docs/models.md has the measurements).
         "cpu": {"model.n_hidden": "256", "model.n_cell": "256", "model.context": "5",
-                "features.normalize": "utterance", "train.warmup_steps": "100",
+                "features.normalize": "utterance", "train.batch_size": "8",
+                "train.learning_rate": "0.002", "train.warmup_steps": "100",
                 "train.eval_every_minutes": "3"},
     }
 

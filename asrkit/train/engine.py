@@ -177,7 +177,7 @@ class Trainer:
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
-    def evaluate(self, split: str) -> Evaluation:
+    def evaluate(self, split: str, progress: bool | None = None) -> Evaluation:
         from asrkit.data.pipeline import make_dataset
         from asrkit.decoders import load_decoder
 
@@ -188,7 +188,8 @@ class Trainer:
                 self.dataset_dir, split, self.run.alphabet, self.extractor,
                 self.run.feature_config, self.run.pipeline.for_evaluation())
         return evaluate_dataset(self.predict, self.eval_batches[split], self.decoder,
-                                self.run.alphabet, split, self.progress)
+                                self.run.alphabet, split,
+                                self.progress if progress is None else progress)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -451,7 +452,7 @@ class Trainer:
         self.last_evaluation = time.monotonic()
         if not (self.config.evaluate_dev and self._has_split(self.config.dev_split)):
             return
-        dev = self.evaluate(self.config.dev_split)
+        dev = self.evaluate(self.config.dev_split, progress=False)  # the run's bar is enough
         self.last_evaluation = time.monotonic()
         state.evaluated_step = state.global_step
         record: dict[str, Any] = {"event": "evaluation", "why": why, "epoch": state.epoch,
@@ -462,8 +463,10 @@ class Trainer:
             for name in ("loss", "wer", "cer"):
                 tf.summary.scalar(f"dev/{name}", record[f"dev_{name}"], step=state.global_step)
         self.bar.evaluated(dev.wer, dev.cer)
-        tqdm.write(f"step {state.global_step} (epoch {state.epoch + 1}, {why}): dev loss "
-                   f"{dev.loss:.3f}, WER {dev.wer:.2%}, CER {dev.cer:.2%}")
+        when = (f"end of epoch {state.epoch}" if why == "epoch"
+                else f"epoch {state.epoch + 1}, {why}")
+        tqdm.write(f"step {state.global_step} ({when}): dev loss {dev.loss:.3f}, "
+                   f"WER {dev.wer:.2%}, CER {dev.cer:.2%}")
         improved = state.best is None or metric < state.best - self.config.min_delta
         if improved:
             state.best, state.best_epoch, state.best_step = metric, state.epoch, state.global_step
