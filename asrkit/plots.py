@@ -68,6 +68,8 @@ def curves(series: Mapping[str, Sequence[tuple[float, float]]], path: Path, titl
         ys = [y * 100 if percent else y for _, y in points]
         axes.plot(xs, ys, marker="o" if len(points) < 30 else None, markersize=4, label=name)
     axes.set(title=title, xlabel=xlabel, ylabel=f"{ylabel} (%)" if percent else ylabel)
+    if xlabel == "step":
+        axes.xaxis.get_major_locator().set_params(integer=True)
     if log_y and all(y > 0 for points in series.values() for _, y in points):
         axes.set_yscale("log")
     axes.legend()
