@@ -220,3 +220,22 @@ def test_describe_run(home, trained, asrkit_cli, tmp_path):
     assert described["model_analysis"]["parameters"] == parameters
     assert described["config"]["model"]["n_hidden"] == 32
     assert described["dataset"]["splits"]["train"]["utterances"] == 16
+
+
+def test_describe_a_run_that_has_just_started(home, trained, asrkit_cli, tmp_path):
+    """No checkpoint, no dev evaluation, no report yet, and a metrics line cut short by a kill:
+    the run is still described, and plots are drawn only for what there is."""
+    run = tmp_path / "young"
+    run.mkdir()
+    for name in ("config.json", "alphabet.txt"):
+        shutil.copy(trained / name, run / name)
+    steps = [line for line in (trained / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["event"] == "step"][:2]
+    (run / "metrics.jsonl").write_text("\n".join(steps) + '\n{"event": "st')
+    plots = tmp_path / "plots"
+    result = asrkit_cli(["describe", run, "--plots", plots])
+    assert result.exit_code == 0, result.stderr
+    assert "progress: step 2, epoch 0 of 1 (not finished)" in result.stdout
+    assert "best dev: no dev evaluation yet" in result.stdout
+    assert "report: none yet" in result.stdout
+    assert sorted(p.name for p in plots.iterdir()) == ["learning_rate.png", "training_loss.png"]
