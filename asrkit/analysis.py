@@ -144,19 +144,21 @@ def _itemsize(variable: Any) -> int:
     return np.dtype(_dtype(variable)).itemsize
 
 
-def _layer_macs(layer: Any, shape: Any) -> int | None:
-    """Multiply-adds of one call of ``layer`` producing ``shape``; None for a kind not known.
-    Layers without a kernel cost nothing here."""
+def _layer_macs(layer: Any, inputs: Any, outputs: Any) -> int | None:
+    """Multiply-adds of one call of ``layer`` from input shape ``inputs`` to output shape
+    ``outputs``; None for a kind not known. Layers without a kernel cost nothing here."""
     import keras
 
-    dims = [int(d) for d in shape]
+    if any(d is None for d in [*outputs, *(inputs or [])]):
+        return None  # a shape the trace could not know: not counted rather than guessed
+    dims = [int(d) for d in outputs]
     if isinstance(layer, keras.layers.RNN) or type(layer).__name__ in RECURRENT:
         owner = getattr(layer, "cell", layer)
         kernel = getattr(owner, "kernel", None)
         recurrent = getattr(owner, "recurrent_kernel", None)
-        if kernel is None or recurrent is None:
+        if kernel is None or recurrent is None or inputs is None:
             return None
-        frames = dims[0] * (dims[1] if len(dims) == 3 else 1)  # return_sequences or not
+        frames = int(inputs[0]) * int(inputs[1])  # every input frame, whatever is returned
         return frames * (_size(kernel) + _size(recurrent))
     kernel = getattr(layer, "kernel", None)
     if kernel is None:
@@ -211,8 +213,8 @@ def _trace_macs(model: Any, num_features: int, frames: int,
     def recording(layer: Any, call: Any) -> Any:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             out = call(*args, **kwargs)
-            first = tf.nest.flatten(out)[0]
-            count = _layer_macs(layer, first.shape)
+            inputs = tf.nest.flatten(args[0])[0].shape if args else None
+            count = _layer_macs(layer, inputs, tf.nest.flatten(out)[0].shape)
             previous = macs[id(layer)]
             macs[id(layer)] = None if count is None or previous is None else previous + count
             return out
