@@ -74,10 +74,13 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
             "learning_rate": learning_rate, "devices": devices, "seed": seed,
             "mixed_precision": mixed_precision,
         }
-        train = TrainConfig(**{k: v for k, v in named.items() if v is not None})
+        given = {k: v for k, v in named.items() if v is not None}
         # Every worker is started with the same --run-dir; the chief creates it.
-        run = new_run(train, list(overrides), run_dir, fresh=is_chief())
+        run = new_run(TrainConfig(**given), list(overrides), run_dir, fresh=is_chief(),
+                      named=given)
     click.echo(f"run: {run.folder}")
+    if run.preset_note:
+        click.echo(run.preset_note)
     state = Trainer(run, progress=not no_progress).fit()
     click.echo(f"finished after {state.global_step} steps ({state.stop_reason}); "
                f"report: {run.folder / 'report.txt'}")

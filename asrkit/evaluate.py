@@ -137,6 +137,13 @@ def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | No
     return evaluate_dataset(predict, batches, decoder, run.alphabet, split, progress)
 
 
-def write_report(evaluation: Evaluation, folder: Path, name: str = "report") -> None:
-    (folder / f"{name}.json").write_text(json.dumps(evaluation.to_json(), indent=2) + "\n")
-    (folder / f"{name}.txt").write_text(evaluation.text() + "\n")
+def write_report(evaluation: Evaluation, folder: Path, name: str = "report",
+                 checkpoint: dict[str, Any] | None = None) -> None:
+    """``<name>.json`` and ``<name>.txt``; ``checkpoint`` says which weights were scored
+    (``{"kind": "best", "step": 1200, ...}``)."""
+    data, text = evaluation.to_json(), evaluation.text()
+    if checkpoint is not None:
+        data["checkpoint"] = checkpoint
+        text = f"checkpoint: {checkpoint['kind']} (step {checkpoint['step']})\n{text}"
+    (folder / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    (folder / f"{name}.txt").write_text(text + "\n")

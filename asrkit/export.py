@@ -27,7 +27,8 @@ plus ``asrkit.json`` (alphabet, sample rate, seconds per output frame, the run a
 came from, signatures) and ``alphabet.txt``, so that :mod:`asrkit.transcribe` and programs
 without asrkit can both use it. It is written to a temporary folder and renamed into place, so a
 crash never leaves half an export, and it is verified before the rename: the exported model and
-the checkpoint must give the same logits on the same audio.
+the checkpoint must give the same logits on the same audio. ``force`` replaces only an export
+asrkit made (:mod:`asrkit.outputs`): never the current folder, the run, or a user's folder.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from asrkit import outputs
 from asrkit.errors import AsrkitError
 from asrkit.types import SAMPLE_RATE
 
@@ -208,10 +210,9 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     from asrkit.runs import load_run_model
 
+    target = Path(output) if output is not None else default_output(Path(folder), fmt)
+    _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
     run, model, state = load_run_model(folder, checkpoint)
-    target = Path(output) if output is not None else default_output(run.folder, fmt)
-    if target.exists() and (target.is_file() or any(target.iterdir())) and not force:
-        raise ExportError(f"{target} already exists; pass --force to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -225,13 +226,34 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         meta["verified_max_abs_diff"] = verify_export(staging, module)
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        if target.exists():
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
+        outputs.mark(staging, outputs.EXPORT)
+        if _occupied(target):  # checked again: the folder may have changed meanwhile
+            _check_target(target, Path(folder), force)
+            outputs.remove(target, outputs.EXPORT, [(Path(folder), "the run")])
         os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     meta["path"] = str(target)
     return meta
+
+
+def _occupied(target: Path) -> bool:
+    return target.is_symlink() or target.is_file() or (target.is_dir() and any(target.iterdir()))
+
+
+def _check_target(target: Path, run_folder: Path, force: bool) -> None:
+    """Refuse an ``--output`` that an export must not be renamed onto: the current folder (or
+    one above it), the run or a folder holding it, and an occupied folder unless ``force`` and
+    it is an export asrkit made."""
+    outputs.check_not_current(target, "write an export over")
+    real, run = target.resolve(), run_folder.resolve()
+    if real == run or real in run.parents:
+        raise ExportError(f"{target} holds the run ({run_folder}); refusing to write an export "
+                          "over it: choose another --output")
+    if _occupied(target):
+        if not force:
+            raise ExportError(f"{target} already exists; pass --force to replace it")
+        outputs.check_replaceable(target, outputs.EXPORT, [(run_folder, "the run")])
 
 
 def _save(module: Any, folder: Path) -> None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
 from asrkit.hookspecs import Register
+from asrkit.train.config import setting, validate
 from asrkit.types import SAMPLE_RATE, FeatureExtractor
 
 if TYPE_CHECKING:
@@ -66,23 +67,24 @@ class FeatureError(AsrkitError):
 class MFCCConfig:
     """python_speech_features' ``mfcc`` parameters; the defaults are the Deep Speech notebook's."""
 
-    num_cepstra: int = 26
-    num_filters: int = 26
-    window_ms: float = 25.0
-    step_ms: float = 10.0
-    fft_length: int = 512
-    preemphasis: float = 0.97
-    lifter: int = 22
+    num_cepstra: int = setting(26, min=1)
+    num_filters: int = setting(26, min=1)
+    window_ms: float = setting(25.0, above=0)
+    step_ms: float = setting(10.0, above=0)
+    fft_length: int = setting(512, min=1)
+    preemphasis: float = setting(0.97, min=0, max=1)
+    lifter: int = setting(22, min=0)
     append_energy: bool = True
-    low_hz: float = 0.0
-    high_hz: float | None = None  # None: the Nyquist frequency
+    low_hz: float = setting(0.0, min=0)
+    high_hz: float | None = setting(None, above=0)  # None: the Nyquist frequency
     #: Audio is multiplied by this before analysis. 32768 reproduces the notebook, which computed
     #: MFCCs of int16 samples; 1.0 analyses [-1, 1] floats. Only c0 changes (by 2 ln(scale)).
-    pcm_scale: float = INT16_SCALE
-    normalize: str = "none"
-    sample_rate: int = SAMPLE_RATE
+    pcm_scale: float = setting(INT16_SCALE, above=0)
+    normalize: str = setting("none", choices=NORMALIZATIONS)
+    sample_rate: int = setting(SAMPLE_RATE, min=1)
 
     def __post_init__(self) -> None:
+        validate(self, FeatureError)
         _check_common(self)
         if not 0 < self.num_cepstra <= self.num_filters:
             raise FeatureError(
@@ -95,34 +97,29 @@ class MFCCConfig:
 class LogMelConfig:
     """Log mel filterbank energies, as modern CTC models (Conformer, QuartzNet) read them."""
 
-    num_mel_bins: int = 80
-    window_ms: float = 25.0
-    step_ms: float = 10.0
-    fft_length: int = 512
-    preemphasis: float = 0.97
+    num_mel_bins: int = setting(80, min=1)
+    window_ms: float = setting(25.0, above=0)
+    step_ms: float = setting(10.0, above=0)
+    fft_length: int = setting(512, min=1)
+    preemphasis: float = setting(0.97, min=0, max=1)
     #: "hann" (periodic, as tf.signal and torch use) or "rectangular".
-    window: str = "hann"
-    low_hz: float = 0.0
-    high_hz: float | None = None
+    window: str = setting("hann", choices=("hann", "rectangular"))
+    low_hz: float = setting(0.0, min=0)
+    high_hz: float | None = setting(None, above=0)
     #: Added to the mel energies before the log (NeMo's 2**-24), so silence stays finite.
-    log_guard: float = 2.0**-24
-    pcm_scale: float = 1.0
-    normalize: str = "none"
-    sample_rate: int = SAMPLE_RATE
+    log_guard: float = setting(2.0**-24, above=0)
+    pcm_scale: float = setting(1.0, above=0)
+    normalize: str = setting("none", choices=NORMALIZATIONS)
+    sample_rate: int = setting(SAMPLE_RATE, min=1)
 
     def __post_init__(self) -> None:
+        validate(self, FeatureError)
         _check_common(self)
-        if self.num_mel_bins < 1:
-            raise FeatureError(f"num_mel_bins must be positive, not {self.num_mel_bins}")
-        if self.window not in ("hann", "rectangular"):
-            raise FeatureError(f"window must be 'hann' or 'rectangular', not {self.window!r}")
 
 
 def _check_common(config: MFCCConfig | LogMelConfig) -> None:
-    if config.normalize not in NORMALIZATIONS:
-        raise FeatureError(
-            f"normalize={config.normalize!r} is not one of {', '.join(NORMALIZATIONS)}"
-        )
+    """What the two configurations share beyond each field's own range: consistent framing and
+    a frequency band inside the Nyquist frequency."""
     window, step = frame_geometry(config)
     if not 0 < step <= window <= config.fft_length:
         raise FeatureError(

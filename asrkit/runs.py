@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,14 @@ from typing import Any
 from asrkit.data.manifest import DATASET_JSON, write_json
 from asrkit.errors import AsrkitError
 from asrkit.text import Alphabet
-from asrkit.train.config import TrainConfig, from_dict, override, split_overrides, to_dict
+from asrkit.train.config import (
+    TrainConfig,
+    check_names,
+    from_dict,
+    override,
+    split_overrides,
+    to_dict,
+)
 
 
 def resolve_dataset(name: str) -> Path:
@@ -50,6 +58,8 @@ class Run:
     feature_config: Any
     pipeline: Any
     alphabet: Alphabet
+    #: For a new run: which preset it uses and why (printed by ``asrkit train``).
+    preset_note: str = ""
 
     @property
     def spec(self) -> Any:
@@ -88,16 +98,28 @@ def next_run_folder(model: str, root: Path = Path("runs")) -> Path:
 
 
 def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
-            fresh: bool = True) -> Run:
-    """A run from defaults plus ``-o`` overrides; unknown keys are errors. With ``fresh``, the
-    folder must not hold a run yet."""
+            fresh: bool = True, named: Collection[str] = ()) -> Run:
+    """A run from defaults, the model's preset, and ``-o`` overrides (in that order; unknown
+    keys are errors). ``named`` lists the ``train`` fields set in ``train`` by named options,
+    which the preset leaves alone. With ``fresh``, the folder must not hold a run yet."""
     from asrkit import plugins
     from asrkit.data.pipeline import PipelineConfig
+    from asrkit.presets import choose_preset, preset_overrides
 
-    sections = split_overrides(overrides)
-    for key, value in sections.get("train", []):
+    requested = train
+    for key, value in split_overrides(overrides).get("train", []):
+        requested = override(requested, key, value)
+    spec = plugins.get("model", requested.model)
+    preset, why = choose_preset(spec, requested.preset, requested.devices)
+    from_preset = preset_overrides(spec, preset)
+    for key, value in split_overrides(from_preset).get("train", []):
+        if key not in named:  # a named option (--batch-size) wins over the preset
+            train = override(train, key, value)
+    for key, value in split_overrides(overrides).get("train", []):
         train = override(train, key, value)
-    spec = plugins.get("model", train.model)
+    train = replace(train, preset=preset or "none")
+    check_names(train)
+    sections = split_overrides(from_preset + list(overrides))
     model_config = spec.Config()
     for key, value in sections.get("model", []):
         model_config = override(model_config, key, value)
@@ -116,7 +138,8 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     folder = folder or next_run_folder(train.model)
     if fresh and (folder / "config.json").exists():
         raise AsrkitError(f"{folder} already holds a run; resume it with --resume {folder}")
-    return Run(folder, train, model_config, feature_config, pipeline, alphabet)
+    return Run(folder, train, model_config, feature_config, pipeline, alphabet,
+               preset_note=f"preset: {preset or 'none'} ({why})")
 
 
 def override_run(run: Run, overrides: list[str]) -> Run:
@@ -137,6 +160,7 @@ def override_run(run: Run, overrides: list[str]) -> Run:
     train = run.train
     for key, value in sections.get("train", []):
         train = override(train, key, value)
+    check_names(train)
     pipeline = replace(run.pipeline, batch_size=train.batch_size, seed=train.seed)
     return replace(run, train=train, pipeline=pipeline)
 

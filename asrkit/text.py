@@ -8,9 +8,11 @@ blank is *not* in the file: it is the class after the last symbol (see :mod:`asr
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,3 +137,78 @@ def _fold(char: str, known: set[str]) -> str:
     base = unicodedata.normalize("NFKD", char)
     stripped = "".join(c for c in base if not unicodedata.combining(c))
     return stripped if stripped and all(c in known for c in stripped) else char
+
+
+# -- reading the text of transcripts and listings --------------------------------------------------
+
+#: How much of an input an error message quotes: enough to recognise it, never a whole file.
+QUOTE_CHARS = 80
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
+         (b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
+_decodings: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "asrkit_decodings", default=None)
+
+
+def quote(text: str, limit: int = QUOTE_CHARS) -> str:
+    """``repr`` of at most ``limit`` characters of ``text``, with ``...`` when cut: an error
+    message quotes the input, never a 512 MB line of it."""
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def decode_text(data: bytes, name: str) -> str:
+    """The text of a transcript or listing, whatever encoding the corpus used.
+
+    A byte-order mark says UTF-8, UTF-16 or UTF-32; without one, UTF-8 is tried, then UTF-16
+    without a mark (every other byte zero), then Windows-1252 (Latin-1 with curly quotes and
+    dashes, what Windows editors write), then Latin-1, which reads any bytes. So no file is
+    ever lost to its encoding; a file read as anything but UTF-8 is recorded (``name`` ->
+    encoding) in the import's ``dataset.json`` under ``decoded``, for the user to check."""
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            try:
+                text = data.decode(codec)
+            except UnicodeDecodeError:
+                text = data[len(bom):].decode(codec.split("-sig")[0], errors="replace")
+            if codec != "utf-8-sig":
+                _record(name, codec)
+            return text
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    for codec, fits in (("utf-16-le", _zeros_at(data, 1)), ("utf-16-be", _zeros_at(data, 0))):
+        if fits:
+            with contextlib.suppress(UnicodeDecodeError):
+                text = data.decode(codec)
+                _record(name, "utf-16")
+                return text
+    try:
+        text, codec = data.decode("cp1252"), "cp1252"
+    except UnicodeDecodeError:  # cp1252 leaves five bytes undefined; Latin-1 maps them all
+        text, codec = data.decode("latin-1"), "latin-1"
+    _record(name, codec)
+    return text
+
+
+def _zeros_at(data: bytes, offset: int) -> bool:
+    """UTF-16 of mostly-ASCII text: even length, and zero bytes at every ``offset`` + 2k."""
+    sample = data[:4096]
+    return (len(data) % 2 == 0 and len(sample) >= 2
+            and sample[offset::2].count(0) >= 0.9 * (len(sample) // 2))
+
+
+def _record(name: str, codec: str) -> None:
+    decisions = _decodings.get()
+    if decisions is not None:
+        decisions[name] = codec
+
+
+@contextlib.contextmanager
+def recording_decodings() -> Iterator[dict[str, str]]:
+    """Collect what :func:`decode_text` decides (file name -> encoding) while in the block."""
+    decisions: dict[str, str] = {}
+    token = _decodings.set(decisions)
+    try:
+        yield decisions
+    finally:
+        _decodings.reset(token)

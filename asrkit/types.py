@@ -84,6 +84,8 @@ class Importer(ABC):
     homepage: ClassVar[str] = ""
     license: ClassVar[str] = ""
     splits: ClassVar[tuple[str, ...]] = ("train", "dev", "test")
+    #: Largest transcript or listing member read, in bytes; a larger one is refused by name.
+    max_metadata_bytes: ClassVar[int] = 16 << 20
 
     def options(self) -> list[click.Parameter]:
         """Extra command-line parameters of ``asrkit import <name>`` (e.g. ``--release``)."""
@@ -127,6 +129,11 @@ class ModelSpec(ABC):
     Config: ClassVar[type]
     #: The registered feature extractor this model reads by default.
     features: ClassVar[str] = "mfcc"
+    #: Named presets: settings in ``-o`` form (``{"cpu": {"model.n_hidden": "256",
+    #: "train.learning_rate": "0.002"}}``), applied before the user's own settings, which win.
+    #: ``asrkit train`` picks ``full`` where GPUs are visible and ``cpu`` where not
+    #: (:mod:`asrkit.presets`); a model without presets trains on its ``Config`` defaults.
+    presets: ClassVar[dict[str, dict[str, str]]] = {}
 
     @abstractmethod
     def build(self, config: Any, num_features: int, num_classes: int) -> Any:

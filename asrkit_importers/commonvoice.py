@@ -40,6 +40,7 @@ import click
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
+from asrkit.text import decode_text, quote
 from asrkit.types import Importer, Resource, Utterance
 
 LISTINGS = {"train.tsv": "train", "dev.tsv": "dev", "test.tsv": "test"}
@@ -48,15 +49,19 @@ CLIPS = "clips"
 
 def read_listing(data: bytes, name: str) -> list[dict[str, str]]:
     """Rows of a Common Voice TSV as dicts by column name; fields are never quoted."""
-    text = data.decode("utf-8-sig")
+    text = decode_text(data, name)
     reader = csv.DictReader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
-    missing = {"client_id", "path", "sentence"} - set(reader.fieldnames or [])
-    if missing:
-        raise AsrkitError(
-            f"{name} is not a Common Voice listing: it lacks the column(s) "
-            + ", ".join(sorted(missing))
-        )
-    return list(reader)
+    try:
+        missing = {"client_id", "path", "sentence"} - set(reader.fieldnames or [])
+        if missing:
+            raise AsrkitError(
+                f"{name} is not a Common Voice listing: it lacks the column(s) "
+                + ", ".join(sorted(missing))
+            )
+        return list(reader)
+    except csv.Error as error:  # a field over csv's size limit, a NUL byte...
+        raise AsrkitError(f"{name}:{reader.line_num}: cannot be read as a listing "
+                          f"({quote(str(error))})") from None
 
 
 class CommonVoiceImporter(Importer):
@@ -64,6 +69,7 @@ class CommonVoiceImporter(Importer):
     description = "Mozilla Common Voice: a release you downloaded (--archive PATH, required)."
     homepage = "https://commonvoice.mozilla.org/datasets"
     license = "CC0 1.0"
+    max_metadata_bytes = 1 << 30  # a large language's train.tsv is hundreds of megabytes
 
     def options(self) -> list[click.Parameter]:
         return [

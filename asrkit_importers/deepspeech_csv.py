@@ -34,6 +34,7 @@ import click
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
+from asrkit.text import decode_text, quote
 from asrkit.types import DATASET_NAME, Importer, Resource, Utterance, safe_name
 
 #: Words in a CSV's name that say which split it is.
@@ -56,12 +57,25 @@ def _abs(path: str | Path) -> str:
 
 
 def read_manifest(data: bytes, name: str) -> list[dict[str, str]]:
-    reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig")))
-    missing = {"wav_filename", "transcript"} - set(reader.fieldnames or [])
-    if missing:
-        raise AsrkitError(f"{name} is not a DeepSpeech CSV: it lacks the column(s) "
-                          + ", ".join(sorted(missing)))
-    return list(reader)
+    reader = csv.DictReader(io.StringIO(decode_text(data, name)))
+    try:
+        missing = {"wav_filename", "transcript"} - set(reader.fieldnames or [])
+        if missing:
+            raise AsrkitError(f"{name} is not a DeepSpeech CSV: it lacks the column(s) "
+                              + ", ".join(sorted(missing)))
+        return list(reader)
+    except csv.Error as error:  # a field over csv's size limit, a NUL byte...
+        raise AsrkitError(f"{name}:{reader.line_num}: cannot be read as a CSV "
+                          f"({quote(str(error))})") from None
+
+
+def _read_bounded(path: str, limit: int) -> bytes:
+    """A CSV's bytes, refused by name when it is larger than any manifest."""
+    size = os.stat(path).st_size
+    if size > limit:
+        raise AsrkitError(f"{path} is {size:,} bytes, more than any manifest ({limit:,} at "
+                          "most); refusing to read it")
+    return Path(path).read_bytes()
 
 
 def _audio_path(csv_path: str, row: dict[str, str], line: int) -> str:
@@ -77,6 +91,7 @@ class DeepSpeechCsvImporter(Importer):
     description = "DeepSpeech CSV manifests (wav_filename,wav_filesize,transcript)."
     homepage = "https://deepspeech.readthedocs.io/en/latest/TRAINING.html"
     license = ""  # the recordings are the user's own: their licence is not known here
+    max_metadata_bytes = 1 << 30  # a manifest of a 1,000-hour corpus is ~100 MB
 
     def options(self) -> list[click.Parameter]:
         return [
@@ -104,7 +119,7 @@ class DeepSpeechCsvImporter(Importer):
         """The smallest folder holding every CSV and the audio they name."""
         paths = []
         for path in dict.fromkeys(self._files(options)):
-            rows = read_manifest(Path(path).read_bytes(), path)
+            rows = read_manifest(_read_bounded(path, self.max_metadata_bytes), path)
             paths.append(os.path.dirname(path))
             paths.extend(os.path.dirname(_audio_path(path, row, line))
                          for line, row in enumerate(rows, 2))

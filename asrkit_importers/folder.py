@@ -36,6 +36,7 @@ import click
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
+from asrkit.text import decode_text, quote
 from asrkit.types import DATASET_NAME, Importer, Resource, Utterance, safe_name
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".sph", ".nist", ".m4a", ".aiff",
@@ -49,7 +50,7 @@ DEFAULT_SPLIT = "train"
 def check_split(split: str, where: str) -> str:
     """A split name becomes a file name (``<split>.csv``): letters, digits, ``._+-`` only."""
     if not DATASET_NAME.match(split):
-        raise AsrkitError(f"{where}: split name {split!r} must be letters, digits, '.', '_', "
+        raise AsrkitError(f"{where}: split name {quote(split)} must be letters, digits, '.', '_', "
                           "'+' or '-'")
     return split
 
@@ -61,14 +62,18 @@ def dataset_name_from(path: Path) -> str:
 
 
 def _read_table(data: bytes, name: str) -> tuple[list[str], list[dict[str, str]]]:
-    text = data.decode("utf-8-sig")
+    text = decode_text(data, name)
     if name.endswith(".tsv"):  # TSV listings (Common Voice's, SpeechBrain's) are never quoted
         reader = csv.DictReader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
     else:
         reader = csv.DictReader(io.StringIO(text))
-    fields = [f.strip() for f in reader.fieldnames or []]
-    rows = [{(k or "").strip().lower(): (v or "").strip() for k, v in row.items()
-             if isinstance(v, str)} for row in reader]
+    try:
+        fields = [f.strip() for f in reader.fieldnames or []]
+        rows = [{(k or "").strip().lower(): (v or "").strip() for k, v in row.items()
+                 if isinstance(v, str)} for row in reader]
+    except csv.Error as error:  # a field over csv's size limit, a NUL byte...
+        raise AsrkitError(f"{name}:{reader.line_num}: cannot be read as a listing "
+                          f"({quote(str(error))})") from None
     return [f.lower() for f in fields], rows
 
 
@@ -81,6 +86,7 @@ class FolderImporter(Importer):
     description = "A folder of audio files with transcripts (x.wav + x.txt, or a TSV/CSV list)."
     homepage = ""
     license = ""  # the recordings are the user's own: their licence is not known here
+    max_metadata_bytes = 1 << 30  # listings of large collections run to hundreds of MB
 
     def options(self) -> list[click.Parameter]:
         return [
@@ -174,9 +180,9 @@ class FolderImporter(Importer):
                 forced: str | None) -> Iterator[tuple[Utterance, str]]:
         for member in sorted(members):
             stem, extension = posixpath.splitext(member)
-            if extension.lower() not in AUDIO_EXTENSIONS:
+            if extension.lower() not in AUDIO_EXTENSIONS or _hidden(member):
                 continue
-            text = metadata.get(stem + ".txt", b"").decode("utf-8-sig")
+            text = decode_text(metadata.get(stem + ".txt", b""), stem + ".txt")
             folder = posixpath.dirname(member)
             top, _, rest = member.partition("/") if "/" in member else ("", "", member)
             in_split_folder = not forced and top in SPLIT_NAMES
@@ -190,6 +196,11 @@ class FolderImporter(Importer):
                 transcript=" ".join(text.split()),
                 speaker="" if speaker in SPLIT_NAMES and folder == top else speaker,
             ), member
+
+
+def _hidden(member: str) -> bool:
+    """Under a hidden folder (``.git/annex/objects/``, a dataset's ``.import/``) or hidden."""
+    return any(part.startswith(".") for part in member.split("/"))
 
 
 def _member(audio: str, root: Path) -> str:

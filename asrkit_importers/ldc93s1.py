@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from asrkit import hookimpl
+from asrkit.errors import AsrkitError
+from asrkit.text import decode_text, quote
 from asrkit.types import Importer, Resource, Utterance
 
 BASE = "https://catalog.ldc.upenn.edu/desc/addenda/"
@@ -36,8 +38,13 @@ class LDC93S1Importer(Importer):
 
     def prepare(self, metadata: Mapping[str, bytes], members: Sequence[str],
                 options: Mapping[str, Any]) -> Iterator[Utterance]:
-        first, last, sentence = metadata["LDC93S1.txt"].decode("utf-8").split(" ", 2)
-        start, end = int(first) / 16000, (int(last) + 1) / 16000
+        text = decode_text(metadata["LDC93S1.txt"], "LDC93S1.txt")
+        try:
+            first, last, sentence = text.split(" ", 2)
+            start, end = int(first) / 16000, (int(last) + 1) / 16000
+        except ValueError:
+            raise AsrkitError(f"LDC93S1.txt: expected '<first sample> <last sample> <words>', "
+                              f"got {quote(text.strip())}") from None
         for split in self.splits:
             yield Utterance(id="LDC93S1", split=split, audio="LDC93S1.wav",
                             transcript=sentence.strip(), speaker="LDC93S1", start=start, end=end)

@@ -34,6 +34,7 @@ import click
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
+from asrkit.text import decode_text, quote
 from asrkit.types import Importer, Resource, Utterance
 
 OPENSLR = "http://www.openslr.org/resources/"
@@ -128,12 +129,13 @@ class LibriSpeechImporter(Importer):
             if subset is None or subset not in wanted:
                 continue  # e.g. an extracted LibriSpeech/ folder holding other subsets too
             folder = posixpath.dirname(name)
-            for number, line in enumerate(metadata[name].decode("utf-8").splitlines(), 1):
+            for number, line in enumerate(decode_text(metadata[name], name).splitlines(), 1):
                 if not line.strip():
                     continue
                 utterance_id, _, words = line.strip().partition(" ")
                 if not words:
-                    raise AsrkitError(f"{name}:{number}: expected '<utt-id> <WORDS>', got {line!r}")
+                    raise AsrkitError(f"{name}:{number}: expected '<utt-id> <WORDS>', got "
+                                      f"{quote(line)}")
                 yield Utterance(
                     id=utterance_id,
                     split=split_of(subset),

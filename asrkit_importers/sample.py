@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from asrkit import hookimpl
+from asrkit.text import decode_text
 from asrkit.types import Importer, Resource, Utterance
 
 DATA = Path(__file__).parent / "sample_data"
@@ -34,7 +35,7 @@ class SampleImporter(Importer):
 
     def prepare(self, metadata: Mapping[str, bytes], members: Sequence[str],
                 options: Mapping[str, Any]) -> Iterator[Utterance]:
-        lines = metadata[TRANSCRIPTS].decode("utf-8").splitlines()
+        lines = decode_text(metadata[TRANSCRIPTS], TRANSCRIPTS).splitlines()
         for line in lines[1:]:
             filename, split, speaker, transcript = line.split("\t")
             yield Utterance(id=Path(filename).stem, split=split, audio=filename,

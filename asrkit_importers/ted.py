@@ -63,6 +63,7 @@ import click
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
+from asrkit.text import decode_text, quote
 from asrkit.types import Importer, Resource, Utterance
 
 OPENSLR = "http://www.openslr.org/resources/"
@@ -120,7 +121,7 @@ def parse_stm(text: str, name: str = "STM") -> Iterator[tuple[str, str, float, f
             continue
         if len(fields) < 5:
             raise AsrkitError(f"{name}:{number}: expected '<talk> <channel> <speaker> <start> "
-                              f"<end> [<label>] <words>', got {line.strip()!r}")
+                              f"<end> [<label>] <words>', got {quote(line.strip())}")
         talk, _channel, speaker, start, end, *rest = fields
         if rest and rest[0].startswith("<") and rest[0].endswith(">"):
             rest = rest[1:]  # the label: <o,f0,male>, <F0_M>, <NA>
@@ -132,7 +133,7 @@ def parse_stm(text: str, name: str = "STM") -> Iterator[tuple[str, str, float, f
             begin, finish = float(start), float(end)
         except ValueError:
             raise AsrkitError(
-                f"{name}:{number}: start/end are not numbers: {line.strip()!r}"
+                f"{name}:{number}: start/end are not numbers: {quote(line.strip())}"
             ) from None
         yield talk, speaker, begin, finish, " ".join(rest)
 
@@ -149,13 +150,6 @@ def _train_set(options: Mapping[str, Any]) -> str:
     if train_set != "legacy" and _release(options) != 3:
         raise AsrkitError("--train-set data exists only in TED-LIUM release 3")
     return train_set
-
-
-def _decode(data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:  # a few old STM files are Latin-1
-        return data.decode("latin-1")
 
 
 class TedImporter(Importer):
@@ -238,7 +232,8 @@ class TedImporter(Importer):
                     )
                 sph = next((path for path in (_join(p, "sph", stem + ".sph") for p in places)
                             if path in present), _join(base, "sph", stem + ".sph"))
-                for talk, speaker, start, end, words in parse_stm(_decode(metadata[stm]), stm):
+                text = decode_text(metadata[stm], stm)
+                for talk, speaker, start, end, words in parse_stm(text, stm):
                     utterance_id = kaldi_id(talk, start, end)
                     if (split, utterance_id) in seen:
                         continue  # the same segment listed twice

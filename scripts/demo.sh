@@ -13,7 +13,7 @@ echo; echo "== asrkit import sample"; asrkit import sample
 run=runs/demo
 rm -rf "$run"
 echo; echo "== asrkit train --model brnn (about a minute on 2 CPU cores)"
-asrkit train --model brnn --dataset sample --epochs 300 --batch-size 1 \
+asrkit train --model brnn --dataset sample --epochs 300 --batch-size 1 -o preset=full \
   -o train_split=test -o evaluate_dev=false -o model.n_hidden=100 -o model.n_cell=100 \
   --run-dir "$run"
 echo; echo "== asrkit evaluate $run --split test"; asrkit evaluate "$run" --split test --no-progress

@@ -40,7 +40,7 @@ def test_ldc93s1_smoke_test_learns_the_utterance(home, asrkit_cli, tmp_path):
     run = tmp_path / "smoke"
     started = time.monotonic()
     result = asrkit_cli(["train", "--dataset", "ldc93s1", "--epochs", "300", "--batch-size", "1",
-                         "-o", "model.n_hidden=100", "-o", "model.n_cell=100",
+                         "-o", "preset=full", "-o", "model.n_hidden=100", "-o", "model.n_cell=100",
                          "-o", "evaluate_dev=false", "--run-dir", run, "--no-progress"])
     assert result.exit_code == 0, result.stderr[-3000:]
     report = json.loads((run / "report.json").read_text())
@@ -61,8 +61,10 @@ def test_train_then_evaluate(home, asrkit_cli, tmp_path):
     assert json.loads((run / "plugins.json").read_text())["plugins"]
     assert (run / "alphabet.txt").exists() and list((run / "tensorboard").iterdir())
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    epochs = [e for e in events if e["event"] == "epoch"]
-    assert [e["step"] for e in epochs] == [4, 8] and "dev_wer" in epochs[0]
+    assert [e["step"] for e in events if e["event"] == "epoch"] == [4, 8]
+    scored = [e for e in events if e["event"] == "evaluation"]
+    assert [(e["step"], e["why"]) for e in scored] == [(4, "epoch"), (8, "epoch")]
+    assert "dev_wer" in scored[0]
     assert json.loads((run / "checkpoints/latest.json").read_text())["state"]["global_step"] == 8
 
     longer = asrkit_cli(["train", "--resume", run, "-o", "epochs=3", "--no-progress"])

@@ -5,8 +5,13 @@ members are named by POSIX paths relative to its root. Archives are read sequent
 stream per pass, so a 54 GB TED-LIUM archive is never unpacked to disk: the importer reads the
 small text members in a first pass and hands audio members to the converters in a second.
 
-Safety: a member with an absolute path or a ``..`` component, or a link whose target leaves
-the archive, is refused before anything is read, and nothing is ever written from a member's name.
+Safety: a member with an absolute path or a ``..`` component, or a link (symbolic or hard)
+whose target leaves the archive, is refused before anything is read, and nothing is ever written
+from a member's name. A folder is walked without trusting the filesystem either: every path is
+resolved and must stay inside the folder, each real file is read once (links become links, as
+in an archive, so a link loop cannot repeat anything), and links that dangle or leave the folder,
+pipes, sockets and devices are skipped with the reason (:attr:`Scan.skipped`). A transcript
+larger than the importer's bound is refused by name before it is read.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import os
 import posixpath
 import shutil
+import stat
 import subprocess
 import tarfile
 from collections.abc import Callable, Iterator
@@ -25,6 +31,17 @@ from typing import BinaryIO
 from tqdm import tqdm
 
 from asrkit.errors import AsrkitError
+from asrkit.text import quote
+
+#: Largest transcript or listing member read by default (an importer may allow more): corpora's
+#: transcripts are kilobytes, and the bound keeps a hostile archive from filling the memory.
+MAX_METADATA_BYTES = 16 << 20
+#: Why a folder's entry was not read (the keys of :attr:`Scan.skipped`'s values).
+DANGLING = "dangling link"
+LEAVES = "link leaves the folder"
+LOOP = "link loop"
+SPECIAL = "special file (pipe, socket or device)"
+UNREADABLE = "unreadable file"
 
 
 class UnsafeArchiveError(AsrkitError):
@@ -39,12 +56,14 @@ class Scan:
     members: list[str] = field(default_factory=list)
     metadata: dict[str, bytes] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
+    #: Entries of a folder that were not read: name -> reason.
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def resolve(self, name: str) -> str:
         seen = set()
         while name in self.links:
             if name in seen:
-                raise UnsafeArchiveError(f"link loop at {name!r}")
+                raise UnsafeArchiveError(f"link loop at {quote(name)}")
             seen.add(name)
             name = self.links[name]
         return name
@@ -54,12 +73,12 @@ def safe_name(name: str, archive: str) -> str:
     """The normalised member path, or an :class:`UnsafeArchiveError`."""
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         raise UnsafeArchiveError(
-            f"{archive} has a member with an absolute path ({name!r}); refusing to read it"
+            f"{archive} has a member with an absolute path ({quote(name)}); refusing to read it"
         )
     name = name.replace("\\", "/")
     if ".." in name.split("/"):
         raise UnsafeArchiveError(
-            f"{archive} has a member that leaves the archive ({name!r}); refusing to read it"
+            f"{archive} has a member that leaves the archive ({quote(name)}); refusing to read it"
         )
     normal = posixpath.normpath(name)
     return "" if normal == "." else normal
@@ -82,16 +101,27 @@ class Source:
 
     # -- pass 1 ------------------------------------------------------------------------------
 
-    def scan(self, into: Scan, is_metadata: Callable[[str], bool]) -> None:
-        """Add this source's members to ``into`` and read those ``is_metadata`` selects."""
-        for name, read, link in self._walk(read_all=False):
+    def scan(self, into: Scan, is_metadata: Callable[[str], bool],
+             limit: int = MAX_METADATA_BYTES) -> None:
+        """Add this source's members to ``into`` and read those ``is_metadata`` selects (each
+        at most ``limit`` bytes: a larger one is refused by name, before it is read)."""
+        for name, read, link, size in self._walk(into.skipped):
             if link is not None:
                 into.links[name] = link
                 into.members.append(name)
                 continue
-            into.members.append(name)
             if is_metadata(name):
-                into.metadata[name] = read()
+                if size > limit:
+                    raise AsrkitError(
+                        f"{self.path.name}: {quote(name)} is {size:,} bytes, more than any "
+                        f"transcript or listing ({limit:,} at most); refusing to read it"
+                    )
+                try:
+                    into.metadata[name] = read()
+                except OSError as error:
+                    into.skipped[name] = f"{UNREADABLE}: {error.strerror}"
+                    continue
+            into.members.append(name)
 
     # -- pass 2 ------------------------------------------------------------------------------
 
@@ -100,32 +130,42 @@ class Source:
         if not wanted:
             return
         if self.kind == "dir":
+            # Member names of a folder are real files inside it (the scan made links links).
+            root = self.path.resolve()
             for name in sorted(wanted):
-                member = self.path / name
-                if member.is_file():
-                    yield name, member.read_bytes()
+                member = root / name
+                try:
+                    data = _file_reader(member)()
+                except OSError:
+                    continue  # removed or replaced since the scan: reported as unreadable
+                yield name, data
             return
-        for name, read, link in self._walk(read_all=False):
+        for name, read, link, _ in self._walk({}):
             if link is None and name in wanted:
                 yield name, read()
 
-    def _walk(self, read_all: bool) -> Iterator[tuple[str, Callable[[], bytes], str | None]]:
+    def listing(self) -> Iterator[tuple[str, int, int]]:
+        """``(name, size, mtime_ns)`` of every regular member of a folder or file, cheaply (no
+        content is read): what says whether a user's corpus changed since the last import."""
+        if self.kind == "tar":
+            info = self.path.stat()
+            yield self.path.name, info.st_size, info.st_mtime_ns
+            return
+        for name, _, link, _ in self._walk({}):
+            if link is None:
+                info = (self.path / name).stat() if self.kind == "dir" else self.path.stat()
+                yield name, info.st_size, info.st_mtime_ns
+
+    def _walk(self, skipped: dict[str, str]) -> Iterator[Entry]:
         if self.kind == "file":
-            yield self.path.name, self.path.read_bytes, None
+            yield self.path.name, self.path.read_bytes, None, self.path.stat().st_size
         elif self.kind == "dir":
-            yield from self._walk_dir()
+            root = self.path.resolve()
+            yield from _walk_dir(root, root, "", (root,), set(), {}, skipped)
         else:
             yield from self._walk_tar()
 
-    def _walk_dir(self) -> Iterator[tuple[str, Callable[[], bytes], str | None]]:
-        for root, dirs, files in os.walk(self.path, followlinks=True):
-            dirs.sort()
-            for filename in sorted(files):
-                full = Path(root) / filename
-                name = full.relative_to(self.path).as_posix()
-                yield name, full.read_bytes, None
-
-    def _walk_tar(self) -> Iterator[tuple[str, Callable[[], bytes], str | None]]:
+    def _walk_tar(self) -> Iterator[Entry]:
         size = self.path.stat().st_size
         with open(self.path, "rb") as raw, _decompressed(raw) as stream, tqdm(
             total=size, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
@@ -136,29 +176,30 @@ class Source:
                 bar.update(os.lseek(raw.fileno(), 0, os.SEEK_CUR) - bar.n)
                 name = safe_name(member.name, self.path.name)
                 if member.issym() or member.islnk():
-                    yield name, _no_read, self._link_target(member, name)
+                    yield name, _no_read, self._link_target(member, name), 0
                 elif member.isfile():
-                    yield name, _reader(tar, member), None
+                    yield name, _reader(tar, member), None, member.size
                 elif not member.isdir():
                     raise UnsafeArchiveError(
-                        f"{self.path.name} has a special file {name!r} (device or pipe); "
+                        f"{self.path.name} has a special file {quote(name)} (device or pipe); "
                         "refusing to read it"
                     )
 
     def _link_target(self, member: tarfile.TarInfo, name: str) -> str:
-        target = member.linkname
-        if member.issym():
-            if target.startswith("/"):
-                raise UnsafeArchiveError(
-                    f"{self.path.name} has a link {name!r} to an absolute path ({target!r}); "
-                    "refusing to read it"
-                )
+        target = member.linkname.replace("\\", "/")
+        if target.startswith("/") or (len(target) > 1 and target[1] == ":"):
+            # Both kinds: a hard link's target is a member name, and no member is absolute.
+            raise UnsafeArchiveError(
+                f"{self.path.name} has a link {quote(name)} to an absolute path "
+                f"({quote(member.linkname)}); refusing to read it"
+            )
+        if member.issym():  # relative to the link's folder; a hard link's to the archive's root
             target = posixpath.join(posixpath.dirname(name), target)
         resolved = posixpath.normpath(target)
         if resolved == ".." or resolved.startswith("../"):
             raise UnsafeArchiveError(
-                f"{self.path.name} has a link {name!r} that points outside the archive "
-                f"({member.linkname!r}); refusing to read it"
+                f"{self.path.name} has a link {quote(name)} that points outside the archive "
+                f"({quote(member.linkname)}); refusing to read it"
             )
         return resolved
 
@@ -190,6 +231,82 @@ def _no_read() -> bytes:
     return b""
 
 
+#: A walked member: its name, how to read it, the member it links to (or ``None``), its size.
+Entry = tuple[str, Callable[[], bytes], "str | None", int]
+
+
+def _walk_dir(root: Path, folder: Path, prefix: str, chain: tuple[Path, ...],
+              seen: set[tuple[int, int]], first: dict[tuple[int, int], str],
+              skipped: dict[str, str], linked: bool = False) -> Iterator[Entry]:
+    """The entries of the real folder ``folder`` (inside ``root``), named under ``prefix``.
+
+    Links are never followed blindly: each is resolved, and one that dangles or leaves
+    ``root`` is skipped. A link to a file becomes a link member (the file itself is read under
+    its own name); a link to a folder lists that folder's files as link members, unless the
+    folder is one being walked (``chain``) or above one, which would loop. Inside a linked
+    folder (``linked``) every file is a link member. A second hard link to a file read already
+    is a link member too, so every real file is read once."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+    except OSError as error:
+        skipped[prefix.rstrip("/") or "."] = f"{UNREADABLE}: {error.strerror}"
+        return
+    for entry in entries:
+        name = prefix + entry.name
+        path = Path(entry.path)
+        if entry.is_symlink():
+            target = Path(os.path.realpath(path))
+            if target != root and root not in target.parents:
+                skipped[name] = LEAVES
+                continue
+            try:
+                mode = target.stat().st_mode
+            except OSError:
+                skipped[name] = DANGLING
+                continue
+            if stat.S_ISDIR(mode):
+                if any(target == inner or target in inner.parents for inner in chain):
+                    skipped[name] = LOOP
+                else:
+                    yield from _walk_dir(root, target, name + "/", (*chain, target), seen,
+                                         first, skipped, linked=True)
+            elif stat.S_ISREG(mode):
+                yield name, _no_read, target.relative_to(root).as_posix(), 0
+            else:
+                skipped[name] = SPECIAL
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError as error:
+            skipped[name] = f"{UNREADABLE}: {error.strerror}"
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            yield from _walk_dir(root, path, name + "/", (*chain, path), seen, first, skipped,
+                                 linked)
+        elif not stat.S_ISREG(info.st_mode):
+            skipped[name] = SPECIAL
+        elif linked:
+            yield name, _no_read, path.relative_to(root).as_posix(), 0
+        elif (info.st_dev, info.st_ino) in seen:
+            yield name, _no_read, first[(info.st_dev, info.st_ino)], 0
+        else:
+            seen.add((info.st_dev, info.st_ino))
+            first[(info.st_dev, info.st_ino)] = name
+            yield name, _file_reader(path), None, info.st_size
+
+
+def _file_reader(path: Path) -> Callable[[], bytes]:
+    """Read a regular file without blocking, should it have been swapped for a pipe since."""
+    def read() -> bytes:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise OSError(0, "not a regular file any more", str(path))
+            return f.read()
+
+    return read
+
+
 def _reader(tar: tarfile.TarFile, member: tarfile.TarInfo) -> Callable[[], bytes]:
     def read() -> bytes:
         handle = tar.extractfile(member)
@@ -198,7 +315,8 @@ def _reader(tar: tarfile.TarFile, member: tarfile.TarInfo) -> Callable[[], bytes
     return read
 
 
-def scan_sources(sources: list[Source], is_metadata: Callable[[str], bool]) -> Scan:
+def scan_sources(sources: list[Source], is_metadata: Callable[[str], bool],
+                 limit: int = MAX_METADATA_BYTES) -> Scan:
     """Pass 1 over every source. A corpus split into several archives repeats its top-level
     files (every LibriSpeech subset holds ``LibriSpeech/README.TXT``): a repeated member is listed
     once, unless it is metadata, which would be ambiguous (an error)."""
@@ -206,15 +324,16 @@ def scan_sources(sources: list[Source], is_metadata: Callable[[str], bool]) -> S
     for source in sources:
         before = set(scan.members)
         part = Scan()
-        source.scan(part, is_metadata)
+        source.scan(part, is_metadata, limit)
         clash = sorted(name for name in before.intersection(part.members) if is_metadata(name))
         if clash:
             raise AsrkitError(
-                f"{source.path.name} repeats member {clash[0]!r} of another source"
+                f"{source.path.name} repeats member {quote(clash[0])} of another source"
             )
         scan.members += [name for name in part.members if name not in before]
         scan.metadata.update(part.metadata)
         scan.links.update(part.links)
+        scan.skipped.update(part.skipped)
     for link in scan.links:  # a linked transcript reads as its target (TED-LIUM 3's legacy/)
         if is_metadata(link) and scan.resolve(link) in scan.metadata:
             scan.metadata[link] = scan.metadata[scan.resolve(link)]

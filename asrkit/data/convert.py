@@ -7,12 +7,28 @@ name, and a rerun simply writes the member again.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import os
+import signal
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from asrkit.data.audio import cut, decode, wav_bytes
 from asrkit.types import SAMPLE_RATE
+
+#: Linux's prctl option that sends a signal to a process when its parent dies.
+PR_SET_PDEATHSIG = 1
+#: How often a worker checks that the import that started it is still alive, in seconds.
+PARENT_POLL_SECONDS = 0.5
+#: Fault injection for tests that cannot fill a real disk: the write after this many WAVs
+#: fails with ENOSPC, as a full disk fails it.
+ENOSPC_AFTER_ENV = "ASRKIT_FAULT_ENOSPC_AFTER"
+_written = 0
 
 
 @dataclass(frozen=True)
@@ -69,7 +85,12 @@ def convert_member(
         target = Path(dataset) / job.path
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + f".{os.getpid()}.partial")
-        partial.write_bytes(encoded)
+        try:
+            _check_injected_fault(partial)
+            partial.write_bytes(encoded)
+        except OSError:
+            partial.unlink(missing_ok=True)  # a full disk keeps no half file
+            raise
         os.replace(partial, target)
         results.append(SegmentResult(job.key, len(piece), len(encoded), None))
     return name, results
@@ -81,3 +102,32 @@ def convert_batch(
     """:func:`convert_member` over several members: one round trip to a worker process for many
     short files, so that inter-process overhead does not eat the parallel speed-up."""
     return [convert_member(dataset, name, data, jobs, max_seconds) for name, data, jobs in batch]
+
+
+def _check_injected_fault(path: Path) -> None:
+    global _written
+    after = os.environ.get(ENOSPC_AFTER_ENV)
+    if after is not None:
+        if _written >= int(after):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        _written += 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker when the import ``parent`` ends, even by ``kill -9``
+    (which runs no clean-up): otherwise workers blocked on the task queue wait for ever.
+    Linux delivers SIGKILL on the parent's death (``PR_SET_PDEATHSIG``); elsewhere, and should
+    the parent have died already, a thread watches the parent id change."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent",
+                     daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_SECONDS)
+    os._exit(1)

@@ -88,7 +88,9 @@ def import_command(importer: Importer) -> click.Command:
                      help="Import even when a file's size or sha256 does not match."),
         click.Option(["--jobs", "-j"], type=click.IntRange(min=1), default=None,
                      help="Conversion worker processes [default: all cores]."),
-        click.Option(["--force"], is_flag=True, help="Redo the import from scratch."),
+        click.Option(["--force"], is_flag=True,
+                     help="Redo the import from scratch (replaces only a dataset folder "
+                          "asrkit made)."),
         click.Option(["--max-duration"], type=click.FloatRange(min=0.1),
                      default=DEFAULT_MAX_SECONDS, show_default=True,
                      help="Skip utterances longer than this many seconds."),

@@ -16,6 +16,7 @@ and rerun produces byte-identical output to one that never stopped.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -31,14 +32,20 @@ from typing import Any
 
 from tqdm import tqdm
 
-from asrkit import __version__
+from asrkit import __version__, outputs
 from asrkit.data import download
 from asrkit.data.archive import Source, scan_sources
-from asrkit.data.convert import SegmentJob, SegmentResult, convert_batch, convert_member
+from asrkit.data.convert import (
+    SegmentJob,
+    SegmentResult,
+    convert_batch,
+    convert_member,
+    die_with_parent,
+)
 from asrkit.data.import_cli import DEFAULT_MAX_SECONDS
 from asrkit.data.manifest import DATASET_JSON, Row, csv_text, write_atomic, write_json
 from asrkit.errors import AsrkitError
-from asrkit.text import Alphabet, normalize
+from asrkit.text import Alphabet, normalize, quote, recording_decodings
 from asrkit.types import DATASET_NAME, SAMPLE_RATE, Importer, Resource, Utterance
 
 FORMAT_VERSION = 1
@@ -150,16 +157,10 @@ def plan(utterances: Iterator[Utterance], importer: Importer, members: set[str],
     """Normalise transcripts and sort out what cannot be trained on before any audio is read."""
     planned: list[Planned] = []
     skipped: dict[str, list[str]] = defaultdict(list)
-    seen: set[str] = set()
-    for raw in utterances:
-        utterance = Utterance(**{**asdict(raw), "id": safe_id(raw.id)})
+    raws = list(utterances)
+    for raw, uid in zip(raws, distinct_ids(raws, importer), strict=True):
+        utterance = Utterance(**{**asdict(raw), "id": uid})
         key = f"{utterance.split}/{utterance.id}"
-        if key in seen:
-            raise AsrkitError(
-                f"importer {importer.name!r} produced utterance {key!r} twice; report this to "
-                "the importer's authors"
-            )
-        seen.add(key)
         text = normalize(importer.normalize(utterance.transcript), config.alphabet.symbols)
         missing = config.alphabet.missing(text)
         member = resolve(utterance.audio)
@@ -183,6 +184,36 @@ def plan(utterances: Iterator[Utterance], importer: Importer, members: set[str],
     return planned, skipped
 
 
+def distinct_ids(utterances: list[Utterance], importer: Importer) -> list[str]:
+    """File-safe ids (:func:`safe_id`), distinct within each split. Ids that only the
+    replaced characters told apart (``take 1`` and ``take_1``) get a numeric suffix: an id
+    that was safe already keeps its name, the others, in sorted order, become ``take_1_2``,
+    ``take_1_3``... The same corpus always gives the same names."""
+    groups: dict[tuple[str, str], set[str]] = defaultdict(set)
+    seen: set[tuple[str, str]] = set()
+    for u in utterances:
+        if (u.split, u.id) in seen:
+            raise AsrkitError(
+                f"importer {importer.name!r} produced utterance {quote(u.split + '/' + u.id)} "
+                "twice; report this to the importer's authors"
+            )
+        seen.add((u.split, u.id))
+        groups[(u.split, safe_id(u.id))].add(u.id)
+    taken = set(groups)
+    names: dict[tuple[str, str], str] = {}
+    for (split, base), raw_ids in sorted(groups.items()):
+        ordered = sorted(raw_ids, key=lambda raw: (raw != base, raw))
+        names[(split, ordered[0])] = base
+        number = 1
+        for raw in ordered[1:]:
+            number += 1
+            while (split, f"{base}_{number}") in taken:
+                number += 1
+            taken.add((split, f"{base}_{number}"))
+            names[(split, raw)] = f"{base}_{number}"
+    return [names[(u.split, u.id)] for u in utterances]
+
+
 # -- stage 4: convert --------------------------------------------------------------------------
 
 
@@ -193,7 +224,14 @@ class Journal:
         self.path = path
         self.done: dict[str, list[SegmentResult]] = {}
         if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                # A torn last line (killed, or the disk filled, mid-write) is cut off, so that
+                # the next line appended starts on a line of its own.
+                data = data[:data.rfind(b"\n") + 1]
+                with open(path, "r+b") as f:
+                    f.truncate(len(data))
+            for line in data.decode("utf-8", errors="replace").splitlines():
                 try:
                     entry = json.loads(line)
                 except json.JSONDecodeError:
@@ -276,13 +314,27 @@ def _convert_parallel(stream: Iterator[tuple[str, bytes]], by_member: dict[str, 
             for member, results in future.result():
                 finish(member, results)
 
-    with ProcessPoolExecutor(max_workers=config.jobs) as pool:
+    # Workers end with the import, however it ends: killed (they watch their parent), failed
+    # or interrupted (the pool is shut down here, unfinished batches cancelled).
+    pool = ProcessPoolExecutor(max_workers=config.jobs, initializer=die_with_parent,
+                               initargs=(os.getpid(),))
+    try:
         for batch in _batches(stream, by_member):
             pending.add(pool.submit(convert_batch, str(dataset), batch, config.max_seconds))
             if len(pending) >= limit:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 collect(done)
         collect(pending)
+    except BaseException:
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.join(timeout=5)
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 # -- stage 5: write ----------------------------------------------------------------------------
@@ -314,7 +366,15 @@ def write_shards(dataset: Path, split: str, rows: list[tuple[str, Row]],
                     bar.update(1)
                     yield ShardRecord(utterance_id, audio, row.transcript, row.speaker)
 
-            write_shard(dataset / SHARD_DIR / names[i], records())
+            try:
+                write_shard(dataset / SHARD_DIR / names[i], records())
+            except OSError:
+                raise
+            except Exception as error:  # TensorFlow's writer raises its own errors
+                if "No space left" in str(error):
+                    raise OSError(errno.ENOSPC, "No space left on device",
+                                  str(dataset / SHARD_DIR / names[i])) from None
+                raise
     return names
 
 
@@ -339,13 +399,13 @@ def _source_key(resource: Resource, resources: list[Resource],
     if given is None:
         return {"filename": resource.filename, "sha256": resource.sha256}
     path = Path(given).resolve()
-    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    if not path.exists():
+        raise AsrkitError(f"{path} does not exist")
+    source = Source(path, progress=False)
     listing = hashlib.sha256()
-    for file in files:
-        if file.is_file():
-            stat = file.stat()
-            listing.update(f"{file.relative_to(path.parent)}|{stat.st_size}|{stat.st_mtime_ns}\n"
-                           .encode())
+    for name, size, mtime in sorted(source.listing()):
+        shown = f"{path.name}/{name}" if source.kind == "dir" else name
+        listing.update(f"{shown}|{size}|{mtime}\n".encode())
     return {"path": str(path), "listing": listing.hexdigest()}
 
 
@@ -362,14 +422,28 @@ def run_import(importer: Importer, options: Mapping[str, Any], config: ImportCon
     """Import a corpus into ``<home>/datasets/<dataset name>`` (or ``config.output``)."""
     name = importer.dataset_name(options)
     if not DATASET_NAME.match(name):
-        raise AsrkitError(f"dataset name {name!r}: use letters, digits, '.', '_', '+' and '-'")
+        raise AsrkitError(f"dataset name {quote(name)}: use letters, digits, '.', '_', '+' "
+                          "and '-'")
     dataset = config.output or config.home / "datasets" / name
+    try:
+        return _import(importer, options, config, provider, name, dataset)
+    except OSError as error:
+        problem = disk_error(error, dataset, config)
+        if problem is None:
+            raise
+        raise problem from None
+
+
+def _import(importer: Importer, options: Mapping[str, Any], config: ImportConfig,
+            provider: str, name: str, dataset: Path) -> ImportResult:
     state = dataset / STATE_DIR
     resources = importer.resources(options)
     fingerprint = _fingerprint(importer, options, resources, config)
     report_path = dataset / DATASET_JSON
+    inputs = [(Path(r.path), "the corpus this import reads") for r in resources if r.path]
+    inputs += [(path, "the corpus this import reads") for path in config.archives]
     if config.force and dataset.exists():
-        shutil.rmtree(dataset)
+        outputs.remove(dataset, outputs.DATASET, inputs)
     if report_path.exists():
         report = json.loads(report_path.read_text(encoding="utf-8"))
         if report.get("fingerprint") == fingerprint:
@@ -378,18 +452,20 @@ def run_import(importer: Importer, options: Mapping[str, Any], config: ImportCon
             f"{dataset} holds an import made with other options; pass --force to redo it, or "
             "--output to import elsewhere"
         )
-    state.mkdir(parents=True, exist_ok=True)
     saved = state / "fingerprint.json"
     if saved.exists() and json.loads(saved.read_text()) != fingerprint:
-        shutil.rmtree(dataset)
-        state.mkdir(parents=True)
+        outputs.remove(dataset, outputs.DATASET, inputs)  # an unfinished import of other options
+    outputs.claim(dataset, outputs.DATASET)
+    state.mkdir(exist_ok=True)
     write_json(saved, fingerprint)
 
     paths, fetched = _fetch(resources, config)
     sources = [Source(path, progress=config.progress) for path in paths]
-    scan = scan_sources(sources, importer.is_metadata)
-    utterances = importer.prepare(scan.metadata, scan.members, options)
-    planned, skipped = plan(iter(utterances), importer, set(scan.members), scan.resolve, config)
+    scan = scan_sources(sources, importer.is_metadata, importer.max_metadata_bytes)
+    with recording_decodings() as decoded:
+        utterances = importer.prepare(scan.metadata, scan.members, options)
+        planned, skipped = plan(iter(utterances), importer, set(scan.members), scan.resolve,
+                                config)
 
     journal = Journal(state / JOURNAL)
     convert(sources, planned, dataset, journal, config)
@@ -398,7 +474,11 @@ def run_import(importer: Importer, options: Mapping[str, Any], config: ImportCon
     by_split: dict[str, list[tuple[str, Row]]] = defaultdict(list)
     errors: dict[str, str] = {}
     for item in planned:
-        result = results[item.key]
+        result = results.get(item.key)
+        if result is None:  # removed or changed between the two passes over a folder
+            skipped["unreadable audio"].append(item.key)
+            errors[item.member] = "could not be read (removed or changed during the import)"
+            continue
         if result.reason:
             skipped[result.reason].append(item.key)
             if result.detail:
@@ -437,15 +517,65 @@ def run_import(importer: Importer, options: Mapping[str, Any], config: ImportCon
             "utterances": sum(s["utterances"] for s in splits.values()),
             "hours": round(sum(s["seconds"] for s in splits.values()) / 3600, 4),
         },
-        "skipped": {
-            reason: {"count": len(keys), "utterances": sorted(keys)}
-            for reason, keys in sorted(skipped.items())
-        },
+        "skipped": _skipped(skipped, scan.skipped),
         "errors": dict(sorted(errors.items())),
+        "decoded": dict(sorted(decoded.items())),
         "fingerprint": fingerprint,
     }
     write_json(report_path, report)
     return ImportResult(dataset, report, did_work=True)
+
+
+def _skipped(utterances: dict[str, list[str]], files: dict[str, str]) -> dict[str, dict]:
+    """Per reason: the utterances (``split/id``) and the source files (links, pipes...) that
+    were left out."""
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for member, reason in files.items():
+        by_reason[reason].append(member)
+    out = {}
+    for reason in sorted(set(utterances) | set(by_reason)):
+        keys, names = sorted(utterances.get(reason, [])), sorted(by_reason.get(reason, []))
+        out[reason] = {"count": len(keys) + len(names), "utterances": keys}
+        if names:
+            out[reason]["files"] = names
+    return out
+
+
+#: What a failed write means to the user, by errno.
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def disk_error(error: OSError, dataset: Path, config: ImportConfig) -> AsrkitError | None:
+    """One line for an import that could not write (disk full, read-only, not a folder, no
+    permission), naming the path and what to do; ``None`` for any other error."""
+    path = Path(error.filename) if error.filename else dataset
+    where = "ASRKIT_HOME" if config.output is None else "--output"
+    if error.errno in _DISK_FULL:
+        free = shutil.disk_usage(_existing(dataset)).free
+        return AsrkitError(
+            f"no space left on the disk holding {dataset} ({free / 2**20:,.1f} MB free) while "
+            f"writing {path}; free some space and rerun: the import continues where it stopped"
+        )
+    if error.errno == errno.EROFS:
+        return AsrkitError(f"{path} is on a read-only filesystem; set {where} to a folder "
+                           "you can write to")
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return AsrkitError(f"no permission to write {path}; set {where} to a folder you can "
+                           "write to, or change its permissions")
+    if error.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocking = _existing(dataset)
+        if not blocking.is_dir():
+            return AsrkitError(f"{blocking} is not a folder (it is a file), so {dataset} cannot "
+                               f"be made; set {where} to a folder, or move the file away")
+    return None
+
+
+def _existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _split_order(importer: Importer) -> Any:

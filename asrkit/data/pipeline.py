@@ -6,7 +6,7 @@ model::
 
     shard files (shuffled, split across workers)
       -> records (interleaved) -> parse -> labels (alphabet lookup, in the graph)
-      -> [speed perturbation] -> features (in-graph MFCC / log-mel) -> [cache]
+      -> [speed, pitch, noise] -> features (in-graph MFCC / log-mel) -> [cache]
       -> shuffle (seeded) -> [SpecAugment]
       -> length buckets -> padded batches -> [context windows] -> prefetch
 
@@ -42,6 +42,7 @@ from asrkit.data import augment
 from asrkit.data.shards import SAMPLE_RATE, feature_spec, parse, shard_paths
 from asrkit.errors import AsrkitError
 from asrkit.text import Alphabet
+from asrkit.train.config import MAX_SEED, setting, validate
 from asrkit.types import FeatureExtractor
 
 if TYPE_CHECKING:
@@ -69,18 +70,18 @@ class PipelineConfig:
     """How batches are made. Defaults suit training; :meth:`for_evaluation` suits evaluation."""
 
     #: Utterances a batch, per input pipeline (per replica under ``tf.distribute``).
-    batch_size: int = 16
+    batch_size: int = setting(16, min=1)
     #: Group utterances by length before batching (much less padding).
     bucketing: bool = True
     #: Bucket edges in seconds of audio; empty: :data:`num_buckets` quantiles of the split's
     #: lengths (from ``<split>.csv``'s ``wav_filesize``, else a scan of the shards).
-    bucket_boundaries: tuple[float, ...] = ()
-    num_buckets: int = 16
+    bucket_boundaries: tuple[float, ...] = setting((), above=0)
+    num_buckets: int = setting(16, min=1)
     shuffle: bool = True
     #: Utterances (their features, not audio) held for shuffling.
-    shuffle_buffer: int = 1024
+    shuffle_buffer: int = setting(1024, min=1)
     #: Seeds shuffling and augmentation; None draws a fresh seed each run.
-    seed: int | None = 0
+    seed: int | None = setting(0, min=0, max=MAX_SEED)
     #: Same seed -> same batches in the same order (slightly slower: no out-of-order results).
     deterministic: bool = False
     #: "none", "memory", or a directory for cache files (features before shuffling and
@@ -88,43 +89,51 @@ class PipelineConfig:
     cache: str = "none"
     #: Frames of context each side stacked onto every frame (Deep Speech: 9); 0 = none. Models
     #: usually do this themselves on the accelerator with :func:`asrkit.features.context_windows`.
-    context: int = 0
+    context: int = setting(0, min=0)
     #: SpecAugment (off while ``freq_masks`` and ``time_masks`` are 0).
-    freq_masks: int = 0
-    freq_mask_width: int = 27
-    time_masks: int = 0
-    time_mask_width: int = 100
-    time_mask_max_ratio: float = 0.2
+    freq_masks: int = setting(0, min=0)
+    freq_mask_width: int = setting(27, min=0)
+    time_masks: int = setting(0, min=0)
+    time_mask_width: int = setting(100, min=0)
+    time_mask_max_ratio: float = setting(0.2, min=0, max=1)
     #: Speed perturbation factors drawn uniformly per utterance, e.g. (0.9, 1.0, 1.1); () = off.
-    speed_factors: tuple[float, ...] = ()
+    speed_factors: tuple[float, ...] = setting((), above=0)
+    #: Pitch perturbation: (low, high) semitones, drawn uniformly per utterance; () = off.
+    pitch_semitones: tuple[float, ...] = setting((), min=-12, max=12)
+    #: Additive noise: (low, high) signal-to-noise ratio in dB, drawn per utterance; () = off.
+    noise_snr_db: tuple[float, ...] = setting((), min=-20, max=100)
+    #: A folder of 16 kHz noise recordings (WAV/FLAC) to mix in; "" = synthesised noise.
+    noise_folder: str = ""
     #: Add ``ids`` and ``transcripts`` to each batch (for evaluation reports).
     with_text: bool = False
     #: Parallel calls of the per-utterance maps; -1 lets tf.data tune it.
-    parallel_calls: int = AUTOTUNE
+    parallel_calls: int = setting(AUTOTUNE, min=AUTOTUNE)
     #: Batches prepared ahead; -1 lets tf.data tune it.
-    prefetch: int = AUTOTUNE
+    prefetch: int = setting(AUTOTUNE, min=AUTOTUNE)
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise PipelineError(f"batch_size must be positive, not {self.batch_size}")
-        if self.num_buckets < 1:
-            raise PipelineError(f"num_buckets must be positive, not {self.num_buckets}")
-        if list(self.bucket_boundaries) != sorted(set(self.bucket_boundaries)) or any(
-            b <= 0 for b in self.bucket_boundaries
-        ):
-            raise PipelineError("bucket_boundaries must be increasing positive seconds")
-        if self.shuffle_buffer < 1:
-            raise PipelineError(f"shuffle_buffer must be positive, not {self.shuffle_buffer}")
-        if self.context < 0:
-            raise PipelineError(f"context must be >= 0, not {self.context}")
-        if any(f <= 0 for f in self.speed_factors):
-            raise PipelineError(f"speed_factors must be positive, not {self.speed_factors}")
-        if not 0 <= self.time_mask_max_ratio <= 1:
-            raise PipelineError("time_mask_max_ratio must be between 0 and 1")
+        validate(self, PipelineError)
+        if list(self.bucket_boundaries) != sorted(set(self.bucket_boundaries)):
+            raise PipelineError("bucket_boundaries must be increasing positive seconds, not "
+                                f"{','.join(map(str, self.bucket_boundaries))}")
+        if self.parallel_calls == 0:
+            raise PipelineError("setting parallel_calls=0 is not allowed: must be -1 (tuned by "
+                                "tf.data) or >= 1")
+        for name in ("pitch_semitones", "noise_snr_db"):
+            value = getattr(self, name)
+            if value and (len(value) != 2 or value[0] > value[1]):
+                raise PipelineError(f"{name} must be a range LOW,HIGH, not {value}")
+        if self.noise_folder and not self.noise_snr_db:
+            raise PipelineError("noise_folder needs noise_snr_db (the range of SNRs to mix at)")
 
     @property
     def spec_augment(self) -> bool:
         return self.freq_masks > 0 or self.time_masks > 0
+
+    @property
+    def audio_augment(self) -> bool:
+        """Whether the audio itself changes each epoch (speed, pitch or noise)."""
+        return bool(self.speed_factors or self.pitch_semitones or self.noise_snr_db)
 
     def for_evaluation(self) -> PipelineConfig:
         """The same batching without shuffling or augmentation, in a fixed order, with text."""
@@ -135,6 +144,9 @@ class PipelineConfig:
             freq_masks=0,
             time_masks=0,
             speed_factors=(),
+            pitch_semitones=(),
+            noise_snr_db=(),
+            noise_folder="",
             with_text=True,
         )
 
@@ -293,11 +305,11 @@ def make_dataset(
 
     dataset = _records(files, config, pipelines, index, seed)
     dataset = dataset.map(_reader(label_encoder(alphabet)), **calls)
-    if config.speed_factors:
+    if config.audio_augment:
         dataset = _cache(dataset, config.cache, cache_name)  # audio: each epoch perturbs anew
-        dataset = _with_seeds(dataset, seed, salt=1).map(_speed_perturber(config), **calls)
+        dataset = _with_seeds(dataset, seed, salt=1).map(_audio_augmenter(config), **calls)
     dataset = dataset.map(_featurizer(extractor, feature_config), **calls)
-    if not config.speed_factors:
+    if not config.audio_augment:
         dataset = _cache(dataset, config.cache, cache_name)
     if config.shuffle:
         dataset = dataset.shuffle(
@@ -352,13 +364,52 @@ def _reader(encode: Callable[[Any, Any], Any]) -> Callable[[Any], Element]:
     return read
 
 
-def _speed_perturber(config: PipelineConfig) -> Callable[[Element, Any], Element]:
-    factors = config.speed_factors
+def _audio_augmenter(config: PipelineConfig) -> Callable[[Element, Any], Element]:
+    """Speed, then pitch, then noise: each with its own share of the utterance's seed."""
+    bank = load_noise_bank(config.noise_folder) if config.noise_folder else None
 
     def perturb(element: Element, seed: Any) -> Element:
-        return {**element, "audio": augment.speed_perturb(element["audio"], seed, factors)}
+        import tensorflow as tf
+
+        speed, pitch, noise = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+        audio = augment.speed_perturb(element["audio"], speed, config.speed_factors)
+        audio = augment.pitch_perturb(audio, pitch, config.pitch_semitones)
+        audio = augment.add_noise(audio, noise, config.noise_snr_db, bank)
+        return {**element, "audio": audio}
 
     return perturb
+
+
+#: At most this much noise is loaded from a noise folder (10 minutes, 38 MB as float32).
+MAX_NOISE_SECONDS = 600
+
+
+def load_noise_bank(folder: str) -> Any:
+    """Every 16 kHz WAV/FLAC file in ``folder`` (sorted, recursively), mono, concatenated."""
+    import numpy as np
+    import soundfile
+    import tensorflow as tf
+
+    files = sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in (".wav", ".flac"))
+    if not files:
+        raise PipelineError(f"noise_folder {folder}: no .wav or .flac files")
+    parts, total = [], 0
+    for path in files:
+        try:
+            audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        except (RuntimeError, OSError) as error:
+            raise PipelineError(f"noise_folder: cannot read {path}: {error}") from None
+        if rate != SAMPLE_RATE:
+            raise PipelineError(f"noise_folder: {path} is {rate} Hz; convert it to "
+                                f"{SAMPLE_RATE} Hz (e.g. sox IN -r {SAMPLE_RATE} OUT)")
+        parts.append(audio.mean(axis=1))
+        total += len(parts[-1])
+        if total >= MAX_NOISE_SECONDS * SAMPLE_RATE:
+            break
+    bank = np.concatenate(parts)[: MAX_NOISE_SECONDS * SAMPLE_RATE]
+    if not np.any(bank):
+        raise PipelineError(f"noise_folder {folder}: the recordings are silent")
+    return tf.constant(bank)
 
 
 def _featurizer(extractor: FeatureExtractor, feature_config: Any) -> Callable[[Element], Element]:
@@ -446,7 +497,7 @@ def _cache_name(
 ) -> str:
     """A cache file name that changes with everything the cached values depend on, so a stale
     cache (other features, alphabet or augmentation) is never read."""
-    key = repr((extractor.name, feature_config, alphabet.symbols, config.speed_factors))
+    key = repr((extractor.name, feature_config, alphabet.symbols, config.audio_augment))
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     return f"{split}-{extractor.name}-{digest}-{index}"
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
+from asrkit.train.config import setting, validate
 from asrkit.types import Decoder
 
 if TYPE_CHECKING:
@@ -61,18 +62,18 @@ class BeamConfig:
     """Options of the ``beam`` decoder (``-o decoder.NAME=VALUE`` on the command line)."""
 
     #: Prefixes kept after each frame. Cost grows about linearly with it.
-    beam_width: int = 100
+    beam_width: int = setting(100, min=1)
     #: Only labels with at least this log-probability in a frame may extend a prefix (the
     #: frame's best label always may); a frame where only the blank is left is handled without
     #: sorting. ``None`` (or ``-inf``): every label, the exact search. e^-10 is 4.5e-5: such a
     #: label would have to beat ``beam_width`` better-scored prefixes to matter.
-    token_min_logp: float | None = -10.0
+    token_min_logp: float | None = setting(-10.0, max=0, finite=False)
     #: Drop prefixes whose probability is more than this (natural log) below the best one's.
     #: ``None``: keep the ``beam_width`` best, however far behind.
-    beam_prune_logp: float | None = None
+    beam_prune_logp: float | None = setting(None, max=0, finite=False)
 
     def __post_init__(self) -> None:
-        check_search_options(self.beam_width, self.token_min_logp, self.beam_prune_logp)
+        validate(self)
 
 
 class BeamSearchDecoder(Decoder):

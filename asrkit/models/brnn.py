@@ -18,28 +18,32 @@ stacked inside the model, on the accelerator, so the input pipeline ships plain 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from asrkit import hookimpl
+from asrkit.train.config import setting, validate
 from asrkit.types import ModelSpec
 
 
 @dataclass(frozen=True)
 class BRNNConfig:
-    n_hidden: int = 494
-    n_cell: int = 494
-    context: int = 9
-    dropout: float = 0.05
-    relu_clip: float = 20.0
-    forget_bias: float = 1.0
+    n_hidden: int = setting(494, min=1)
+    n_cell: int = setting(494, min=1)
+    context: int = setting(9, min=0)
+    dropout: float = setting(0.05, min=0, below=1)
+    relu_clip: float = setting(20.0, above=0)
+    forget_bias: float = setting(1.0)
     #: Standard deviation of the dense layers' initial weights and biases.
-    init_stddev: float = 0.1
+    init_stddev: float = setting(0.1, above=0)
     #: Per-layer overrides of ``init_stddev`` (layers h1, h2, h3, h5, logits); 0 = use default.
-    h1_stddev: float = 0.0
-    h2_stddev: float = 0.0
-    h3_stddev: float = 0.0
-    h5_stddev: float = 0.0
-    logits_stddev: float = 0.0
+    h1_stddev: float = setting(0.0, min=0)
+    h2_stddev: float = setting(0.0, min=0)
+    h3_stddev: float = setting(0.0, min=0)
+    h5_stddev: float = setting(0.0, min=0)
+    logits_stddev: float = setting(0.0, min=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
@@ -84,6 +88,16 @@ class BRNN(ModelSpec):
     description = "Deep Speech's bidirectional RNN over MFCC with context (Hannun et al. 2014)."
     Config = BRNNConfig
     features = "mfcc"
+    presets: ClassVar[dict[str, dict[str, str]]] = {
+        # The notebook: its sizes, and its whitening of every utterance's inputs (one mean and
+        # deviation over all its values), without which a quarter of layer 1's clipped-ReLU
+        # units start saturated at N(0, 0.1) (brnn.md).
+        "full": {"features.normalize": "utterance"},
+        # Learns within minutes on a 2-core CPU (docs/models.md has the measurements).
+        "cpu": {"model.n_hidden": "256", "model.n_cell": "256", "model.context": "5",
+                "features.normalize": "utterance", "train.warmup_steps": "100",
+                "train.eval_every_minutes": "3"},
+    }
 
     def build(self, config: BRNNConfig, num_features: int, num_classes: int) -> Any:
         return build_brnn(config, num_features, num_classes)

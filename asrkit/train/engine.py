@@ -21,7 +21,7 @@ import contextlib
 import math
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from tqdm import tqdm
@@ -30,6 +30,7 @@ from asrkit.errors import AsrkitError
 from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
 from asrkit.runs import Run, append_metrics
 from asrkit.train.checkpoints import Checkpoints
+from asrkit.train.progress import RunProgress
 from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy
 
 
@@ -43,8 +44,12 @@ class LoopState:
     lr_factor: float = 1.0
     best: float | None = None
     best_epoch: int = -1
-    epochs_without_improvement: int = 0
-    epochs_since_lr_change: int = 0
+    #: The global step of the best checkpoint, and of the last dev evaluation (-1: none yet).
+    best_step: int = -1
+    evaluated_step: int = -1
+    #: Patience counters, in dev evaluations (each epoch end, every ``eval_every_*``, the stop).
+    evaluations_without_improvement: int = 0
+    evaluations_since_lr_change: int = 0
     bad_batches_in_a_row: int = 0
     steps_per_epoch: int | None = None
     finished: bool = False
@@ -52,6 +57,13 @@ class LoopState:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, saved: dict[str, Any]) -> LoopState:
+        """The state a checkpoint saved; keys of older versions that no longer exist are
+        dropped (their counters start again)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in known})
 
 
 def learning_rate(base: float, state: LoopState, warmup_steps: int) -> float:
@@ -181,12 +193,17 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------------
 
     def fit(self) -> LoopState:
-        """Train to the end (or resume to the end); write the final report."""
+        """Train to the end (or resume to the end); write the final report.
+
+        Whatever stops the run (the epochs, ``max_steps``, ``max_minutes``, early stopping or
+        Ctrl-C), its latest weights are saved and, when a dev split is evaluated, scored, so
+        the best checkpoint is chosen among every scored one, the final weights included.
+        """
         import tensorflow as tf
 
         self.started = time.monotonic()
         restored = self.checkpoints.restore("latest")
-        state = LoopState(**restored) if restored else LoopState()
+        state = LoopState.from_json(restored) if restored else LoopState()
         if restored and not state.stop_reason.startswith("early stopping"):
             # A time or step budget, or the epoch count, may have been raised (-o on resume).
             state.finished, state.stop_reason = False, ""
@@ -198,28 +215,71 @@ class Trainer:
             self.run.save()
         self.writer = (tf.summary.create_file_writer(str(self.run.folder / "tensorboard"))
                        if self.chief else tf.summary.create_noop_writer())
-        while not state.finished and state.epoch < self.config.epochs:
-            # With several replicas a step takes several batches, which must not straddle two
-            # epochs: then each epoch gets a dataset of its own.
-            stop = self.config.epochs if self.replicas == 1 else state.epoch + 1
-            with self._lost_workers_are_errors(), self._out_of_memory_is_an_error():
-                self._train(state, stop)
-        if not state.finished:
-            state.finished = True
-            state.stop_reason = state.stop_reason or "all epochs done"
-        self._save("latest", state)
+        self.bar = RunProgress(self.config, state, self._estimated_steps_per_epoch(),
+                               self.progress)
+        self.last_evaluation = time.monotonic()
+        with self.bar, self._stop_on_interrupt():
+            while not state.finished and state.epoch < self.config.epochs:
+                # With several replicas a step takes several batches, which must not straddle
+                # two epochs: then each epoch gets a dataset of its own.
+                stop = self.config.epochs if self.replicas == 1 else state.epoch + 1
+                with self._lost_workers_are_errors(), self._out_of_memory_is_an_error():
+                    self._train(state, stop)
+            if not state.finished:
+                state.finished = True
+                state.stop_reason = state.stop_reason or "all epochs done"
+            self._save("latest", state)  # first, so that nothing can lose the last steps
+            if state.evaluated_step != state.global_step:
+                self._evaluate_dev(state, "stop")
+                self._save("latest", state)
+        if state.stop_reason == "interrupted":
+            tqdm.write(f"asrkit: interrupted at step {state.global_step}; saved. Continue with: "
+                       f"asrkit train --resume {self.run.folder}", file=sys.stderr)
+            raise KeyboardInterrupt
         self._final_report(state)
         return state
 
-    def _progress(self, state: LoopState) -> Any:
-        return tqdm(total=state.steps_per_epoch, initial=state.step_in_epoch, unit="step",
-                    desc=f"epoch {state.epoch + 1}/{self.config.epochs}",
-                    disable=not self.progress)
+    def _estimated_steps_per_epoch(self) -> int | None:
+        """Steps an epoch from the split's utterance count, before the first epoch has counted
+        them (bucketing adds up to one partial batch per bucket)."""
+        from asrkit.data.manifest import load_dataset_json
+
+        try:
+            count = load_dataset_json(self.dataset_dir)["splits"][self.config.train_split][
+                "utterances"]
+        except (KeyError, OSError, ValueError, TypeError):
+            return None
+        return max(1, math.ceil(count / (self.config.batch_size * self.replicas)))
+
+    @contextlib.contextmanager
+    def _stop_on_interrupt(self) -> Any:
+        """Ctrl-C finishes the step under way, then the run stops as at any other stop (saved,
+        scored, resumable); a second Ctrl-C stops at once."""
+        import signal
+        import threading
+
+        self.interrupted = False
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+
+        def interrupt(signum: int, frame: Any) -> None:
+            if self.interrupted:
+                signal.signal(signal.SIGINT, previous)
+                raise KeyboardInterrupt
+            self.interrupted = True
+            tqdm.write("asrkit: stopping after this step (saving; Ctrl-C again to stop at once)",
+                       file=sys.stderr)
+
+        signal.signal(signal.SIGINT, interrupt)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def _train(self, state: LoopState, stop: int) -> None:
         last_save = time.monotonic()
-        bar = self._progress(state)
-        started, utterances, audio = time.monotonic(), 0, 0.0
         batches = self.batches(state.epoch, stop, state.step_in_epoch)
         if self.train_step is None:
             self.train_step = make_train_step(self.strategy, self.model, self.optimizer,
@@ -228,51 +288,57 @@ class Trainer:
         for batch in batches:
             epoch = int(self.strategy.experimental_local_results(batch["epoch"])[0])
             if epoch != state.epoch:
-                bar.close()
                 self._end_of_epoch(state)
                 if state.finished:
                     return
-                bar = self._progress(state)
-                started, utterances, audio = time.monotonic(), 0, 0.0
             lr = learning_rate(self.config.learning_rate, state, self.config.warmup_steps)
             if lr != self.applied_lr:  # a host-to-device write only when it changes
                 self.optimizer.inner_optimizer.learning_rate.assign(lr)
                 self.applied_lr = lr
+            began = time.monotonic()
             losses = self.train_step(batch).numpy()
             self._check_finite(losses, batch, state)
             state.step_in_epoch += 1
             state.global_step += 1
-            utterances += len(losses)
-            audio += self._audio_seconds(batch)
-            elapsed = max(time.monotonic() - started, 1e-9)
             finite = finite_mask(losses)
             loss = float(losses[finite].mean()) if finite.any() else math.nan
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", utt_s=f"{utterances / elapsed:.1f}")
+            self.bar.step(state, loss, len(losses), self._audio_seconds(batch),
+                          time.monotonic() - began)
             if state.global_step % self.config.log_every == 0:
-                self._log_step(state, loss, lr, utterances / elapsed, audio / elapsed)
+                self._log_step(state, loss, lr)
             if self._checkpoint_due(state, last_save):
                 self._save("latest", state)
                 last_save = time.monotonic()
+            if self._evaluation_due(state):
+                self._evaluate_dev(state, "cadence")
             if self.config.max_steps and state.global_step >= self.config.max_steps:
                 state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
             minutes = self.config.max_minutes
             if minutes and time.monotonic() - self.started > minutes * 60:
                 state.finished, state.stop_reason = True, f"max_minutes {minutes:g}"
+            if self.interrupted:
+                state.finished, state.stop_reason = True, "interrupted"
             if state.finished:
-                bar.close()
                 return
-        bar.close()
         self._end_of_epoch(state)
 
-    def _log_step(self, state: LoopState, loss: float, lr: float, utterances_per_second: float,
-                  audio_per_second: float) -> None:
+    def _evaluation_due(self, state: LoopState) -> bool:
+        """By steps, or by minutes on one machine: workers' clocks differ, and every worker
+        must evaluate at the same steps to take the same plateau decisions."""
+        steps, minutes = self.config.eval_every_steps, self.config.eval_every_minutes
+        if steps and state.global_step % steps == 0:
+            return True
+        return (bool(minutes) and not is_multi_worker()
+                and time.monotonic() - self.last_evaluation >= minutes * 60)
+
+    def _log_step(self, state: LoopState, loss: float, lr: float) -> None:
         import tensorflow as tf
 
         self._metrics({
             "event": "step", "epoch": state.epoch, "step": state.global_step, "loss": loss,
-            "lr": lr, "utterances_per_second": utterances_per_second,
-            "audio_seconds_per_second": audio_per_second})
+            "loss_smoothed": self.bar.loss, "lr": lr,
+            "utterances_per_second": self.bar.utterances_per_second,
+            "audio_seconds_per_second": self.bar.audio_per_second})
         with self.writer.as_default():
             tf.summary.scalar("train/loss", loss, step=state.global_step)
             tf.summary.scalar("train/learning_rate", lr, step=state.global_step)
@@ -298,16 +364,31 @@ class Trainer:
 
     @contextlib.contextmanager
     def _out_of_memory_is_an_error(self) -> Any:
+        """Out of memory, and a full disk (which TensorFlow reports as resource exhausted too, or
+        as an unknown error; Python as OSError ENOSPC), each as one line saying what to do."""
+        import errno
+        import shutil
+
         import tensorflow as tf
 
         try:
             yield
-        except tf.errors.ResourceExhaustedError:
-            raise AsrkitError(
-                f"out of memory with batches of {self.config.batch_size} utterances per device; "
-                "use a smaller --batch-size (or import with a lower --max-duration), then "
-                f"continue with --resume {self.run.folder}"
-            ) from None
+        except (tf.errors.OpError, OSError) as error:
+            if (getattr(error, "errno", None) == errno.ENOSPC
+                    or "No space left on device" in str(error)):
+                free = shutil.disk_usage(self.run.folder).free
+                raise AsrkitError(
+                    f"disk full: no space left on device writing into {self.run.folder} "
+                    f"({free / 2**20:.0f} MiB free there); free some space, then continue with "
+                    f"--resume {self.run.folder}"
+                ) from None
+            if isinstance(error, tf.errors.ResourceExhaustedError):
+                raise AsrkitError(
+                    f"out of memory with batches of {self.config.batch_size} utterances per "
+                    "device; use a smaller --batch-size (or import with a lower --max-duration), "
+                    f"then continue with --resume {self.run.folder}"
+                ) from None
+            raise
 
     # -- output: only the chief writes -------------------------------------------------------
 
@@ -353,46 +434,57 @@ class Trainer:
             )
 
     def _end_of_epoch(self, state: LoopState) -> None:
-        """Dev evaluation, best checkpoint, plateau and early stopping; then the next epoch."""
+        """Count the epoch's steps, evaluate on dev, and move to the next epoch."""
+        state.steps_per_epoch = state.step_in_epoch
+        self.bar.epoch_done(state)
+        self._metrics({"event": "epoch", "epoch": state.epoch, "step": state.global_step})
+        state.epoch, state.step_in_epoch = state.epoch + 1, 0
+        if state.evaluated_step != state.global_step:  # not just scored by the cadence
+            self._evaluate_dev(state, "epoch")
+        self._save("latest", state)
+
+    def _evaluate_dev(self, state: LoopState, why: str) -> None:
+        """Score the current weights on dev; keep them as ``best`` when the score improved;
+        reduce the learning rate on a plateau; stop early when patience runs out."""
         import tensorflow as tf
 
-        epoch = state.epoch
-        state.steps_per_epoch = state.step_in_epoch
-        state.epoch, state.step_in_epoch = epoch + 1, 0
-        record: dict[str, Any] = {"event": "epoch", "epoch": epoch, "step": state.global_step}
-        metric = None
-        if self.config.evaluate_dev and self._has_split(self.config.dev_split):
-            dev = self.evaluate(self.config.dev_split)
-            record.update(dev_loss=dev.loss, dev_wer=dev.wer, dev_cer=dev.cer)
-            metric = {"loss": dev.loss, "wer": dev.wer, "cer": dev.cer}[
-                self.config.early_stop_metric]
-            with self.writer.as_default():
-                for name in ("loss", "wer", "cer"):
-                    tf.summary.scalar(f"dev/{name}", record[f"dev_{name}"], step=state.global_step)
-            tqdm.write(f"epoch {epoch + 1}: dev loss {dev.loss:.3f}, WER {dev.wer:.2%}, "
-                       f"CER {dev.cer:.2%}")
-        improved = metric is not None and (
-            state.best is None or metric < state.best - self.config.min_delta)
+        self.last_evaluation = time.monotonic()
+        if not (self.config.evaluate_dev and self._has_split(self.config.dev_split)):
+            return
+        dev = self.evaluate(self.config.dev_split)
+        self.last_evaluation = time.monotonic()
+        state.evaluated_step = state.global_step
+        record: dict[str, Any] = {"event": "evaluation", "why": why, "epoch": state.epoch,
+                                  "step": state.global_step, "dev_loss": dev.loss,
+                                  "dev_wer": dev.wer, "dev_cer": dev.cer}
+        metric = {"loss": dev.loss, "wer": dev.wer, "cer": dev.cer}[self.config.early_stop_metric]
+        with self.writer.as_default():
+            for name in ("loss", "wer", "cer"):
+                tf.summary.scalar(f"dev/{name}", record[f"dev_{name}"], step=state.global_step)
+        self.bar.evaluated(dev.wer, dev.cer)
+        tqdm.write(f"step {state.global_step} (epoch {state.epoch + 1}, {why}): dev loss "
+                   f"{dev.loss:.3f}, WER {dev.wer:.2%}, CER {dev.cer:.2%}")
+        improved = state.best is None or metric < state.best - self.config.min_delta
         if improved:
-            state.best, state.best_epoch = metric, epoch
-            state.epochs_without_improvement = state.epochs_since_lr_change = 0
-        elif metric is not None:
-            state.epochs_without_improvement += 1
-            state.epochs_since_lr_change += 1
+            state.best, state.best_epoch, state.best_step = metric, state.epoch, state.global_step
+            state.evaluations_without_improvement = state.evaluations_since_lr_change = 0
+        else:
+            state.evaluations_without_improvement += 1
+            state.evaluations_since_lr_change += 1
         patience = self.config.plateau_patience
-        if patience and state.epochs_since_lr_change >= patience:
+        if patience and state.evaluations_since_lr_change >= patience:
             state.lr_factor *= self.config.plateau_factor
-            state.epochs_since_lr_change = 0
+            state.evaluations_since_lr_change = 0
             if self.checkpoints.state("best") is not None:
                 self.checkpoints.restore("best")  # reload the best weights first, as DeepSpeech
             record["lr_factor"] = state.lr_factor
         stop = self.config.early_stop_patience
-        if stop and state.epochs_without_improvement >= stop:
+        if stop and state.evaluations_without_improvement >= stop:
             state.finished = True
-            state.stop_reason = f"early stopping: no improvement for {stop} epochs"
+            state.stop_reason = f"early stopping: no improvement in {stop} evaluations"
+        record["best_step"] = state.best_step
         self._metrics(record)
-        self._save("latest", state)
-        if improved or metric is None:
+        if improved:
             self._save("best", state)
 
     def _has_split(self, split: str) -> bool:
@@ -401,14 +493,21 @@ class Trainer:
         return bool(shard_paths(self.dataset_dir, split))
 
     def _final_report(self, state: LoopState) -> None:
-        if self.checkpoints.state("best") is not None:
+        """Evaluate the best dev-scored checkpoint (every stop scores the final weights, so it
+        is never an older unscored one), or the final weights when no dev split is scored."""
+        best = self.checkpoints.state("best") if state.best_step >= 0 else None
+        if best is not None:
             self.checkpoints.restore("best")
+            checkpoint = {"kind": "best", "step": best["global_step"],
+                          f"dev_{self.config.early_stop_metric}": best["best"]}
+        else:
+            checkpoint = {"kind": "latest", "step": state.global_step}
         for split in ("test", self.config.dev_split):
             if self._has_split(split):
                 evaluation = self.evaluate(split)
                 if self.chief:
-                    write_report(evaluation, self.run.folder)
-                self._metrics({"event": "report", **{
+                    write_report(evaluation, self.run.folder, checkpoint=checkpoint)
+                self._metrics({"event": "report", "checkpoint": checkpoint, **{
                     k: v for k, v in evaluation.to_json().items()
                     if k in ("split", "wer", "cer", "loss", "utterances")}})
                 return

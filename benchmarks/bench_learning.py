@@ -1,0 +1,149 @@
+"""Does training generalise, in a practical budget? The open-vocabulary learning benchmark.
+
+1. Builds the open-vocabulary corpus of ``benchmarks/open_vocab.py`` (real English sentences;
+   test sentences never in training with at least 15 % of their words unseen; three test sets:
+   training voices, unseen voices, another synthesiser) and imports it with
+   ``asrkit import folder``.
+2. Trains each model **as a user would**: ``asrkit train --model M`` with no model settings
+   (its CPU preset on a machine without a GPU), in two legs: ``max_minutes`` up to the first
+   checkpoint time, then ``--resume`` up to the second, so one run gives both figures.
+3. After each leg evaluates the final weights on ``test``, ``test-unseen`` and ``test-flite``.
+
+Prints a table and writes JSON (``--json``): CER and WER per test set, steps, epochs and
+seconds per step, at each time. Needs espeak-ng, flite, fortunes and sox (scripts/setup.sh).
+
+    python benchmarks/bench_learning.py [--minutes 10,30] [--models ds2,brnn]
+        [--variant "NAME:SETTING;SETTING" ...] [--train 2400] [--work bench-work]
+
+``--variant "aug:pipeline.speed_factors=0.9,1.0,1.1;pipeline.time_masks=2"`` adds a run of each
+model with extra ``-o`` settings (e.g. augmentation) beside the default one, in the same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from open_vocab import build
+
+TEST_SETS = ("test", "test-unseen", "test-flite")
+
+
+def asrkit(*args: str, quiet: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "asrkit", *args], text=True,
+                            capture_output=quiet, check=False)
+    if result.returncode != 0:
+        sys.exit(f"asrkit {' '.join(args)} failed:\n{(result.stderr or '')[-3000:]}")
+    return result
+
+
+def train_leg(run: Path, model: str, minutes: float, settings: list[str], first: bool) -> None:
+    options = [item for setting in settings for item in ("-o", setting)]
+    if first:
+        asrkit("train", "--model", model, "--dataset", "openvocab", "--epochs", "1000",
+               "-o", f"max_minutes={minutes}", "--run-dir", str(run), "--no-progress",
+               *options, quiet=False)
+    else:
+        asrkit("train", "--resume", str(run), "-o", f"max_minutes={minutes}", "--no-progress",
+               quiet=False)
+
+
+def score(run: Path) -> dict[str, dict[str, float]]:
+    results = {}
+    for split in TEST_SETS:
+        target = run / f"{split}.json"
+        asrkit("evaluate", str(run), "--split", split, "--checkpoint", "latest",
+               "--json", str(target), "--no-progress")
+        report = json.loads(target.read_text())
+        results[split] = {"cer": report["cer"], "wer": report["wer"]}
+    return results
+
+
+def progress(run: Path) -> dict[str, float]:
+    state = json.loads((run / "checkpoints/latest.json").read_text())["state"]
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rates = [e["audio_seconds_per_second"] for e in steps if e["event"] == "step"]
+    dev = [(e["step"], round(e["dev_cer"], 4)) for e in steps if e["event"] == "evaluation"]
+    config = json.loads((run / "config.json").read_text())
+    return {"steps": state["global_step"], "epochs": round(
+        state["epoch"] + state["step_in_epoch"] / max(state.get("steps_per_epoch") or 1, 1), 2),
+        "audio_seconds_per_second": round(rates[-1], 1) if rates else 0.0,
+        "preset": config["train"]["preset"], "batch_size": config["train"]["batch_size"],
+        "dev_cer_by_step": dev}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", default="10,30",
+                        help="training minutes at which to score, increasing")
+    parser.add_argument("--models", default="ds2,brnn")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME:SETTING;SETTING: also train with these -o settings")
+    parser.add_argument("--skip-default", action="store_true",
+                        help="train only the --variant runs")
+    parser.add_argument("--train", type=int, default=2400, help="training sentences")
+    parser.add_argument("--work", type=Path, default=Path("bench-work"))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    os.environ.setdefault("ASRKIT_HOME", str((args.work / "home").resolve()))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    started = time.monotonic()
+    build(args.work / "openvocab", train=args.train)
+    asrkit("import", "folder", str(args.work / "openvocab"), "--name", "openvocab",
+           "--no-progress")
+    print(f"corpus ready in {time.monotonic() - started:.0f} s", flush=True)
+
+    variants: dict[str, list[str]] = {} if args.skip_default else {"default": []}
+    for item in args.variant:
+        name, _, settings = item.partition(":")
+        variants[name] = [s for s in settings.split(";") if s]
+    checkpoints = [float(m) for m in args.minutes.split(",")]
+    results: list[dict] = []
+    for model in args.models.split(","):
+        for variant, settings in variants.items():
+            run = args.work / "runs" / f"{model}-{variant}"
+            done = 0.0
+            for number, minutes in enumerate(checkpoints):
+                began = time.monotonic()
+                train_leg(run, model, minutes - done, settings, first=number == 0)
+                done = minutes
+                row = {"model": model, "variant": variant, "minutes": minutes,
+                       **progress(run), "leg_wall_seconds": round(time.monotonic() - began),
+                       **score(run)}
+                row["seconds_per_step"] = round(minutes * 60 / max(row["steps"], 1), 2)
+                results.append(row)
+                print(line(row), flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print("\n" + table(results))
+
+
+def line(row: dict) -> str:
+    sets = ", ".join(f"{s} CER {row[s]['cer']:.1%} WER {row[s]['wer']:.1%}" for s in TEST_SETS)
+    dev = " ".join(f"{step}:{cer:.1%}" for step, cer in row["dev_cer_by_step"])
+    return (f"{row['model']} ({row['variant']}, preset {row['preset']}) after {row['minutes']:g} "
+            f"min, {row['steps']} steps: {sets}; dev CER by step {dev}")
+
+
+def table(results: list[dict]) -> str:
+    head = ("| model | variant | minutes | steps | s/step | "
+            + " | ".join(f"{s} CER / WER" for s in TEST_SETS) + " |")
+    rows = [head, "|" + "---|" * (5 + len(TEST_SETS))]
+    for r in results:
+        cells = [r["model"], r["variant"], f"{r['minutes']:g}", str(r["steps"]),
+                 f"{r['seconds_per_step']:.2f}"]
+        cells += [f"{r[s]['cer']:.1%} / {r[s]['wer']:.1%}" for s in TEST_SETS]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    main()

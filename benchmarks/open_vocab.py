@@ -1,0 +1,189 @@
+"""An open-vocabulary synthetic speech corpus, for measuring whether a model *generalises*.
+
+A closed grammar (held-out sentences that only recombine training words) hides a model that
+memorises words; this corpus cannot. It is built from real English text and three kinds of
+held-out speech:
+
+- **text**: sentences of the Debian ``fortunes`` collection (quotations and jokes, real English
+  prose), normalised to the alphabet (a-z, space, apostrophe). Sentences with digits or symbols
+  are dropped, so no number has to be verbalised.
+- **held-out words**: a random tenth of the vocabulary is held out; training sentences contain
+  none of it, and every test sentence has at least :data:`MIN_UNSEEN_WORDS` (15 %) of its words
+  outside the training vocabulary (checked against the final training text, not assumed).
+- **voices**: training speech is espeak-ng with six English dialects x five voice variants, at
+  random speeds and pitches. ``test`` uses new sentences in those training voices,
+  ``test-unseen`` the same sentences in voice variants never used in training (on all eight
+  dialects, two of them never trained on), and ``test-flite`` the same sentences by a second
+  synthesiser (flite's awb, rms, slt and kal16 voices): out of domain.
+
+The result is a folder with one ``listing.tsv`` (file, transcript, split, speaker) that
+``asrkit import folder`` reads as it is. Building needs ``espeak-ng``, ``flite`` and ``fortunes``
+(Debian packages; ``scripts/setup.sh`` installs them).
+
+    python benchmarks/open_vocab.py OUT [--train 2000] [--test 150] [--dev 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import subprocess
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+FORTUNES = Path("/usr/share/games/fortunes")
+#: Each test sentence has at least this share of its words outside the training vocabulary.
+MIN_UNSEEN_WORDS = 0.15
+#: Share of the vocabulary's word types held out of training.
+HELD_OUT_TYPES = 0.10
+MIN_WORDS, MAX_WORDS = 5, 14
+
+TRAIN_DIALECTS = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "en-gb-x-gbclan")
+UNSEEN_DIALECTS = ("en-us-nyc", "en-gb-x-gbcwmd")
+TRAIN_VARIANTS = ("m1", "m2", "m3", "f1", "f2")
+UNSEEN_VARIANTS = ("m4", "m6", "f3", "f4")
+FLITE_VOICES = ("awb", "rms", "slt", "kal16")
+#: espeak-ng words per minute and pitch (0-99) drawn per utterance.
+SPEEDS = (130, 190)
+PITCHES = (30, 70)
+
+
+@dataclass
+class Utterance:
+    split: str
+    text: str
+    voice: str
+    speed: int = 0
+    pitch: int = 0
+    file: str = ""
+
+
+@dataclass
+class Plan:
+    """What to synthesise, and the facts the tests and the benchmark report check."""
+
+    utterances: list[Utterance] = field(default_factory=list)
+    held_out_words: list[str] = field(default_factory=list)
+    #: Per test sentence, the share of its words not in the training text.
+    unseen_share: dict[str, float] = field(default_factory=dict)
+
+
+def fortune_sentences(folder: Path = FORTUNES) -> list[str]:
+    """Normalised sentences of MIN_WORDS..MAX_WORDS words from every fortune file, sorted."""
+    found: set[str] = set()
+    for path in sorted(folder.iterdir()):
+        if path.suffix or path.is_symlink() or not path.is_file():
+            continue  # .dat indices and .u8 links
+        for block in path.read_text(encoding="utf-8", errors="replace").split("\n%\n"):
+            found.update(normalise_sentences(" ".join(block.split())))
+    return sorted(found)
+
+
+def normalise_sentences(text: str) -> Iterator[str]:
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        if not sentence.endswith((".", "!", "?")):
+            continue  # a fragment, an attribution line
+        if re.search(r"[0-9@#$%&*_=+<>/\\|{}\[\]~^]", sentence):
+            continue  # numbers and symbols would have to be verbalised
+        words = re.sub(r"[^a-z' ]", " ", sentence.lower().replace("-", " ")).split()
+        words = [w.strip("'") for w in words if w.strip("'")]
+        if MIN_WORDS <= len(words) <= MAX_WORDS:
+            yield " ".join(words)
+
+
+def plan_corpus(sentences: Iterable[str], train: int, dev: int, test: int, seed: int) -> Plan:
+    """Split sentences into train/dev/test with held-out words, and assign voices."""
+    rng = random.Random(seed)
+    pool = sorted(set(sentences))
+    rng.shuffle(pool)
+    vocabulary = sorted({w for s in pool for w in s.split()})
+    held = set(rng.sample(vocabulary, int(len(vocabulary) * HELD_OUT_TYPES)))
+    candidates = [s for s in pool if share(s, held) >= MIN_UNSEEN_WORDS]
+    if len(candidates) < dev + test:
+        raise ValueError(f"only {len(candidates)} sentences with held-out words")
+    tests, devs = candidates[:test], candidates[test:test + dev]
+    trains = [s for s in pool if not held.intersection(s.split())][:train]
+    if len(trains) < train:
+        raise ValueError(f"only {len(trains)} training sentences without held-out words")
+    train_vocabulary = {w for s in trains for w in s.split()}
+    plan = Plan(held_out_words=sorted(held))
+    plan.unseen_share = {s: 1 - share(s, train_vocabulary) for s in tests}
+    assert min(plan.unseen_share.values()) >= MIN_UNSEEN_WORDS
+
+    def espeak(split: str, text: str, dialects: tuple[str, ...],
+               variants: tuple[str, ...]) -> Utterance:
+        voice = f"{rng.choice(dialects)}+{rng.choice(variants)}"
+        return Utterance(split, text, voice, rng.randint(*SPEEDS), rng.randint(*PITCHES))
+
+    every_dialect = TRAIN_DIALECTS + UNSEEN_DIALECTS
+    plan.utterances += [espeak("train", s, TRAIN_DIALECTS, TRAIN_VARIANTS) for s in trains]
+    plan.utterances += [espeak("dev", s, TRAIN_DIALECTS, TRAIN_VARIANTS) for s in devs]
+    plan.utterances += [espeak("test", s, TRAIN_DIALECTS, TRAIN_VARIANTS) for s in tests]
+    plan.utterances += [espeak("test-unseen", s, every_dialect, UNSEEN_VARIANTS) for s in tests]
+    plan.utterances += [Utterance("test-flite", s, f"flite:{rng.choice(FLITE_VOICES)}")
+                        for s in tests]
+    for number, utterance in enumerate(plan.utterances):
+        utterance.file = f"{utterance.split}/{number:05d}.wav"
+    return plan
+
+
+def share(sentence: str, words: set[str]) -> float:
+    tokens = sentence.split()
+    return sum(t in words for t in tokens) / len(tokens)
+
+
+def synthesise(utterance: Utterance, folder: Path) -> None:
+    target = folder / utterance.file
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".part.wav")
+    if utterance.voice.startswith("flite:"):
+        command = ["flite", "-voice", utterance.voice.split(":", 1)[1], "-t", utterance.text,
+                   "-o", str(partial)]
+    else:
+        command = ["espeak-ng", "-v", utterance.voice, "-s", str(utterance.speed),
+                   "-p", str(utterance.pitch), "-w", str(partial), utterance.text]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    partial.replace(target)
+
+
+def build(folder: Path, train: int = 2000, dev: int = 100, test: int = 150, seed: int = 1,
+          jobs: int = 2) -> Plan:
+    """Write the corpus (resumable: finished files are kept) and its ``listing.tsv``."""
+    plan = plan_corpus(fortune_sentences(), train, dev, test, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(lambda u: synthesise(u, folder), plan.utterances))
+    rows = ["file\ttranscript\tsplit\tspeaker"]
+    rows += [f"{u.file}\t{u.text}\t{u.split}\t{u.voice.replace('+', '_').replace(':', '_')}"
+             for u in plan.utterances]
+    (folder / "listing.tsv").write_text("\n".join(rows) + "\n")
+    (folder / "plan.json").write_text(json.dumps(
+        {"held_out_words": plan.held_out_words, "unseen_share": plan.unseen_share,
+         "utterances": [asdict(u) for u in plan.utterances]}, indent=1))
+    return plan
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--train", type=int, default=2000)
+    parser.add_argument("--dev", type=int, default=100)
+    parser.add_argument("--test", type=int, default=150)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    plan = build(args.out, args.train, args.dev, args.test, args.seed, args.jobs)
+    shares = sorted(plan.unseen_share.values())
+    print(f"{len(plan.utterances)} utterances in {args.out}; test sentences have "
+          f"{shares[0]:.0%}-{shares[-1]:.0%} of their words unseen in training "
+          f"(median {shares[len(shares) // 2]:.0%})")
+
+
+if __name__ == "__main__":
+    main()
