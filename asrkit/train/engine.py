@@ -213,7 +213,11 @@ class Trainer:
         if restored:
             self._metrics({"event": "resume", "epoch": state.epoch, "step": state.global_step})
         elif self.chief:
+            from asrkit.analysis import write_model_analysis
+
             self.run.save()
+            write_model_analysis(self.run.folder, self.model, self.spec, self.run.model_config,
+                                 self.run.feature_config, self.extractor)
         self.writer = (tf.summary.create_file_writer(str(self.run.folder / "tensorboard"))
                        if self.chief else tf.summary.create_noop_writer())
         self.bar = RunProgress(self.config, state, self._estimated_steps_per_epoch(),
