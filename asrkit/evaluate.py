@@ -36,6 +36,8 @@ class Evaluation:
     loss: float
     total: Score
     utterances: list[UtteranceResult] = field(default_factory=list)
+    #: Which weights were scored, when known: ``{"kind": "best", "step": 1200, ...}``.
+    checkpoint: dict[str, Any] | None = None
 
     @property
     def wer(self) -> float:
@@ -58,6 +60,7 @@ class Evaluation:
                     "loss": round(u.loss, 4), "wer": round(u.wer, 4), "cer": round(u.cer, 4)}
 
         return {
+            **({"checkpoint": self.checkpoint} if self.checkpoint else {}),
             "split": self.split, "decoder": self.decoder, "utterances": len(self.utterances),
             "wer": self.wer, "cer": self.cer, "loss": self.loss,
             "word_errors": self.total.word_errors, "words": self.total.words,
@@ -69,6 +72,9 @@ class Evaluation:
     def text(self) -> str:
         lines = [f"{self.split}: {len(self.utterances)} utterances, WER {self.wer:.2%}, "
                  f"CER {self.cer:.2%}, loss {self.loss:.3f} ({self.decoder} decoder)"]
+        if self.checkpoint:
+            lines.insert(0, f"checkpoint: {self.checkpoint['kind']} "
+                            f"(step {self.checkpoint['step']})")
         for kind, rows in self.samples().items():
             lines.append(f"\n{kind}:")
             for u in rows:
@@ -127,23 +133,45 @@ def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | No
     from asrkit.decoders import load_decoder
     from asrkit.runs import load_run_model
 
-    run, model, _ = load_run_model(folder, checkpoint)
+    run, model, state = load_run_model(folder, checkpoint)
     spec, extractor = run.spec, run.extractor
+    scored = warn_if_latest_unscored(run.folder, state)
     decoder = load_decoder(decoder_name or run.train.decoder, decoder_settings)
     batches = make_dataset(run.dataset, split, run.alphabet, extractor, run.feature_config,
                            run.pipeline.for_evaluation())
     predict = make_predict(model, spec, run.model_config,
                            extractor.num_features(run.feature_config))
-    return evaluate_dataset(predict, batches, decoder, run.alphabet, split, progress)
+    evaluation = evaluate_dataset(predict, batches, decoder, run.alphabet, split, progress)
+    evaluation.checkpoint = scored
+    return evaluation
 
 
-def write_report(evaluation: Evaluation, folder: Path, name: str = "report",
-                 checkpoint: dict[str, Any] | None = None) -> None:
-    """``<name>.json`` and ``<name>.txt``; ``checkpoint`` says which weights were scored
-    (``{"kind": "best", "step": 1200, ...}``)."""
-    data, text = evaluation.to_json(), evaluation.text()
-    if checkpoint is not None:
-        data["checkpoint"] = checkpoint
-        text = f"checkpoint: {checkpoint['kind']} (step {checkpoint['step']})\n{text}"
-    (folder / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
-    (folder / f"{name}.txt").write_text(text + "\n")
+def warn_if_latest_unscored(folder: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """Which checkpoint ``state`` is (kind and step); warn when it is an older best while the
+    latest checkpoint is newer and was never scored on dev, so nobody reports stale weights by
+    surprise."""
+    import sys
+
+    pointers = {}
+    for kind in ("best", "latest"):
+        path = folder / "checkpoints" / f"{kind}.json"
+        try:
+            pointers[kind] = json.loads(path.read_text())["state"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    step = int(state.get("global_step", 0))
+    kind = "best" if pointers.get("best", {}).get("global_step") == step and (
+        pointers.get("latest", {}).get("global_step") != step) else "latest"
+    latest = pointers.get("latest", {})
+    newer = int(latest.get("global_step", step))
+    if kind == "best" and newer > step and latest.get("evaluated_step") != newer:
+        print(f"asrkit: warning: scoring the best checkpoint (step {step}); the latest (step "
+              f"{newer}) is newer and was never scored on dev: --checkpoint latest scores it",
+              file=sys.stderr)
+    return {"kind": kind, "step": step}
+
+
+def write_report(evaluation: Evaluation, folder: Path, name: str = "report") -> None:
+    """``<name>.json`` and ``<name>.txt`` (which checkpoint, when the evaluation knows it)."""
+    (folder / f"{name}.json").write_text(json.dumps(evaluation.to_json(), indent=2) + "\n")
+    (folder / f"{name}.txt").write_text(evaluation.text() + "\n")

@@ -149,3 +149,22 @@ def setting(section: str, name: str, value: str):
               "features": plugins.get("feature", "mfcc").Config()}[section]
     result = getattr(override(config, name, value), name)
     return list(result) if isinstance(result, tuple) else result
+
+
+def test_evaluate_warns_when_the_latest_checkpoint_was_never_scored(home, asrkit_cli, tmp_path):
+    run = tmp_path / "run"
+    first = asrkit_cli(["train", "--epochs", "5", "--batch-size", "4", *TINY,
+                        "-o", "max_steps=2", "--run-dir", run, "--no-progress"])
+    assert first.exit_code == 0, first.stderr[-3000:]
+    more = asrkit_cli(["train", "--resume", run, "-o", "max_steps=4", "-o", "evaluate_dev=false",
+                       "--no-progress"])  # two more steps, never scored
+    assert more.exit_code == 0, more.stderr[-3000:]
+    best = asrkit_cli(["evaluate", run, "--split", "dev", "--json", "-", "--no-progress"])
+    assert best.exit_code == 0, best.stderr[-3000:]
+    assert json.loads(best.stdout)["checkpoint"] == {"kind": "best", "step": 2}
+    assert ("the latest (step 4) is newer and was never scored on dev: --checkpoint latest"
+            in best.stderr)
+    latest = asrkit_cli(["evaluate", run, "--split", "dev", "--checkpoint", "latest",
+                         "--no-progress"])
+    assert latest.exit_code == 0 and "never scored" not in latest.stderr
+    assert latest.stdout.startswith("checkpoint: latest (step 4)")

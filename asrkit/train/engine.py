@@ -512,8 +512,9 @@ class Trainer:
         for split in ("test", self.config.dev_split):
             if self._has_split(split):
                 evaluation = self.evaluate(split)
+                evaluation.checkpoint = checkpoint
                 if self.chief:
-                    write_report(evaluation, self.run.folder, checkpoint=checkpoint)
+                    write_report(evaluation, self.run.folder)
                 self._metrics({"event": "report", "checkpoint": checkpoint, **{
                     k: v for k, v in evaluation.to_json().items()
                     if k in ("split", "wer", "cer", "loss", "utterances")}})
