@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v sox >/dev/null || need_apt+=(sox libsox-fmt-all)
 command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
+# The open-vocabulary corpus (benchmarks/open_vocab.py): a second synthesiser and real English text.
+command -v flite >/dev/null || need_apt+=(flite)
+[ -f /usr/share/games/fortunes/fortunes ] || need_apt+=(fortunes)
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" = 0 ]; then sudo=(); else sudo=(sudo); fi
   echo "setup: installing ${need_apt[*]} (apt-get)"

@@ -1,0 +1,60 @@
+"""The open-vocabulary benchmark corpus keeps its promises: unseen words, voices and synthesiser."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import open_vocab
+
+needs_tools = pytest.mark.skipif(
+    not (shutil.which("espeak-ng") and shutil.which("flite") and open_vocab.FORTUNES.exists()),
+    reason="needs espeak-ng, flite and fortunes (scripts/setup.sh installs them)")
+
+
+def test_normalised_sentences():
+    text = "Don't panic!  It's 42. A well-known FACT, they say? Short one."
+    assert list(open_vocab.normalise_sentences(text)) == ["a well known fact they say"]
+
+
+@needs_tools
+def test_plan_holds_out_sentences_words_and_voices():
+    sentences = open_vocab.fortune_sentences()
+    assert len(sentences) > 5000
+    plan = open_vocab.plan_corpus(sentences, train=1500, dev=80, test=120, seed=3)
+    by_split: dict[str, list[open_vocab.Utterance]] = {}
+    for utterance in plan.utterances:
+        by_split.setdefault(utterance.split, []).append(utterance)
+    assert {k: len(v) for k, v in by_split.items()} == {
+        "train": 1500, "dev": 80, "test": 120, "test-unseen": 120, "test-flite": 120}
+    train_text = {u.text for u in by_split["train"]}
+    train_words = {w for text in train_text for w in text.split()}
+    assert not train_words & set(plan.held_out_words)
+    tests = [u.text for u in by_split["test"]]
+    assert tests == [u.text for u in by_split["test-unseen"]] == [
+        u.text for u in by_split["test-flite"]]
+    assert not train_text & set(tests) and not train_text & {u.text for u in by_split["dev"]}
+    for text in tests:  # measured against the training text itself
+        words = text.split()
+        assert sum(w not in train_words for w in words) / len(words) >= 0.15
+    variant = {u.voice.split("+")[1] for u in by_split["train"]}
+    assert variant <= set(open_vocab.TRAIN_VARIANTS)
+    assert not {u.voice.split("+")[1] for u in by_split["test-unseen"]} & variant
+    assert all(u.voice.startswith("flite:") for u in by_split["test-flite"])
+
+
+@needs_tools
+def test_a_small_corpus_imports(tmp_path, asrkit_home, asrkit_cli):
+    plan = open_vocab.build(tmp_path / "corpus", train=6, dev=2, test=2, seed=1)
+    assert all((tmp_path / "corpus" / u.file).stat().st_size > 1000 for u in plan.utterances)
+    result = asrkit_cli(["import", "folder", tmp_path / "corpus", "--name", "ov",
+                         "--no-progress"])
+    assert result.exit_code == 0, result.stderr
+    for split, count in (("train", 6), ("dev", 2), ("test", 2), ("test-unseen", 2),
+                         ("test-flite", 2)):
+        assert f"{split} {count} utt" in result.stdout
