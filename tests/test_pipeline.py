@@ -375,3 +375,18 @@ def test_pipeline_augmentation_is_seeded_and_changes_features(corpus: Corpus) ->
         # perturbation keeps the length)
     other_seed = by_id(replace(augmented, seed=99))
     assert any(other_seed[u][1] != first[u][1] for u in corpus.ids)
+
+
+def test_a_split_never_reads_another_splits_shards(tmp_path) -> None:
+    """``test`` and ``test-unseen`` live side by side: the first is not a prefix of the second."""
+    from asrkit.data.shards import SHARD_DIR, shard_paths
+
+    folder = tmp_path / SHARD_DIR
+    folder.mkdir()
+    names = ["test-00000-of-00002.tfrecord", "test-00001-of-00002.tfrecord",
+             "test-unseen-00000-of-00001.tfrecord", "test-2-00000-of-00001.tfrecord"]
+    for name in names:
+        (folder / name).write_bytes(b"")
+    assert [p.name for p in shard_paths(tmp_path, "test")] == names[:2]
+    assert [p.name for p in shard_paths(tmp_path, "test-unseen")] == [names[2]]
+    assert [p.name for p in shard_paths(tmp_path, "test-2")] == [names[3]]

@@ -18,6 +18,7 @@ Records are serialised deterministically, so the same utterances give byte-ident
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +46,11 @@ def shard_name(split: str, index: int, count: int) -> str:
 
 
 def shard_paths(dataset: str | Path, split: str) -> list[Path]:
-    """The shard files of ``split`` in a dataset folder, in order."""
-    return sorted((Path(dataset) / SHARD_DIR).glob(f"{split}-*-of-*.tfrecord"))
+    """The shard files of ``split`` in a dataset folder, in order (``test-00000-of-00004``, never
+    another split's ``test-unseen-00000-of-00004``)."""
+    name = re.compile(rf"{re.escape(split)}-\d+-of-\d+\.tfrecord")
+    return sorted(p for p in (Path(dataset) / SHARD_DIR).glob(f"{split}-*-of-*.tfrecord")
+                  if name.fullmatch(p.name))
 
 
 def serialize(record: ShardRecord) -> bytes:
