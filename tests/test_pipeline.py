@@ -390,3 +390,9 @@ def test_a_split_never_reads_another_splits_shards(tmp_path) -> None:
     assert [p.name for p in shard_paths(tmp_path, "test")] == names[:2]
     assert [p.name for p in shard_paths(tmp_path, "test-unseen")] == [names[2]]
     assert [p.name for p in shard_paths(tmp_path, "test-2")] == [names[3]]
+    from asrkit.data.shards import is_shard_of
+
+    # Re-sharding ``test`` removes only its own stale shards, never ``test-unseen``'s.
+    assert is_shard_of("test-00003-of-00004.tfrecord.partial", "test", partial=True)
+    assert not is_shard_of("test-unseen-00000-of-00001.tfrecord.partial", "test", partial=True)
+    assert not is_shard_of("test-00003-of-00004.tfrecord.partial", "test")

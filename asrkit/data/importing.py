@@ -349,12 +349,12 @@ def write_shards(dataset: Path, split: str, rows: list[tuple[str, Row]],
     """Write ``split``'s shards (round-robin over the id-sorted rows); existing shards are
     complete (written atomically) and kept."""
     from asrkit.data.audio import read_wav
-    from asrkit.data.shards import SHARD_DIR, ShardRecord, shard_name, write_shard
+    from asrkit.data.shards import SHARD_DIR, ShardRecord, is_shard_of, shard_name, write_shard
 
     count = shard_count(sum(row.wav_filesize for _, row in rows), len(rows))
     names = [shard_name(split, i, count) for i in range(count)]
     for stale in (dataset / SHARD_DIR).glob(f"{split}-*.tfrecord*"):
-        if stale.name not in names:
+        if is_shard_of(stale.name, split, partial=True) and stale.name not in names:
             stale.unlink()
     todo = [i for i in range(count) if not (dataset / SHARD_DIR / names[i]).exists()]
     with tqdm(total=sum(len(rows[i::count]) for i in todo), unit="utt", desc=f"shard {split}",

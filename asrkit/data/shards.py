@@ -48,9 +48,14 @@ def shard_name(split: str, index: int, count: int) -> str:
 def shard_paths(dataset: str | Path, split: str) -> list[Path]:
     """The shard files of ``split`` in a dataset folder, in order (``test-00000-of-00004``, never
     another split's ``test-unseen-00000-of-00004``)."""
-    name = re.compile(rf"{re.escape(split)}-\d+-of-\d+\.tfrecord")
     return sorted(p for p in (Path(dataset) / SHARD_DIR).glob(f"{split}-*-of-*.tfrecord")
-                  if name.fullmatch(p.name))
+                  if is_shard_of(p.name, split))
+
+
+def is_shard_of(name: str, split: str, partial: bool = False) -> bool:
+    """Whether file ``name`` is a shard of ``split`` (with ``partial``, or one being written)."""
+    tail = r"(\..*)?" if partial else ""
+    return re.fullmatch(rf"{re.escape(split)}-\d+-of-\d+\.tfrecord{tail}", name) is not None
 
 
 def serialize(record: ShardRecord) -> bytes:
