@@ -209,3 +209,46 @@ def test_damaged_dataset_files_are_one_line_errors(home, asrkit_cli, tmp_path):
             line = last_line(result.stderr)
             assert line.startswith(f"asrkit: error: {dataset / 'dataset.json'} is damaged")
             assert "--force" in line and "Traceback" not in result.stderr
+
+
+RACER = """\
+import os, sys, time
+from asrkit.errors import AsrkitError
+from asrkit.locks import folder_lock
+folder, go = sys.argv[1], sys.argv[2]
+while not os.path.exists(go):
+    time.sleep(0.005)
+try:
+    with folder_lock(folder, "import"):
+        print("won", flush=True)
+        time.sleep(3)
+except AsrkitError as error:
+    print(error, flush=True)
+"""
+
+
+def test_of_processes_racing_for_a_lock_exactly_one_wins(tmp_path):
+    go = tmp_path / "go"
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path / "data"), str(go)],
+                               stdout=subprocess.PIPE, text=True) for _ in range(6)]
+    time.sleep(1.0)  # all started and waiting
+    go.touch()
+    results = [racer.communicate(timeout=60)[0].strip() for racer in racers]
+    assert results.count("won") == 1, results
+    winner = racers[results.index("won")].pid
+    for result in results:
+        assert result == "won" or result.startswith(
+            f"{tmp_path / 'data'} is in use by another import (pid {winner} on "), result
+
+
+def test_a_lock_left_by_another_host_is_not_taken_over(tmp_path):
+    from asrkit.errors import AsrkitError
+    from asrkit.locks import folder_lock, lock_path
+
+    folder = tmp_path / "run"
+    lock_path(folder).write_text(json.dumps(
+        {"pid": 1, "host": "elsewhere", "started": 0, "command": "asrkit train"}))
+    refused = r"locked by pid 1 on elsewhere, since 1970.*; if it does not, delete .*run\.lock"
+    with pytest.raises(AsrkitError, match=refused), folder_lock(folder, "training"):
+        pass
+    assert lock_path(folder).exists()

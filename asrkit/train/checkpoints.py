@@ -47,7 +47,11 @@ def _fault_point(stage: str, save_number: int) -> None:
 
 
 def _sync_tree(folder: Path) -> None:
+    """Flush every file under ``folder`` to disk, then the names in it."""
     for path in folder.iterdir():
+        if path.is_dir():
+            _sync_tree(path)
+            continue
         with open(path, "rb") as f:
             os.fsync(f.fileno())
     sync_folder(folder)
