@@ -11,6 +11,7 @@ exported or compared later.
       metrics.jsonl      one JSON object a line: steps, epochs, evaluations, warnings
       tensorboard/       the same metrics for TensorBoard
       report.json        the final evaluation (and report.txt, for people)
+    runs/<name>.lock     while a training writes the run: who it is (:mod:`asrkit.locks`)
 """
 
 from __future__ import annotations
