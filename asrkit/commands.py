@@ -50,12 +50,15 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
                   worker_index: int | None, no_progress: bool) -> None:
     """Train a model on an imported dataset (CTC; every GPU as a tower, else the CPU).
 
-    A killed run continues exactly where it stopped with `asrkit train --resume RUN`.
+    A killed run continues exactly where it stopped with `asrkit train --resume RUN`, or by
+    running the same command again.
     """
+    import contextlib
+
     from asrkit.errors import AsrkitError
-    from asrkit.runs import load_run, new_run, override_run
+    from asrkit.locks import folder_lock
+    from asrkit.runs import load_run, new_run, override_run, same_run
     from asrkit.train.config import TrainConfig
-    from asrkit.train.engine import Trainer
     from asrkit.train.strategy import is_chief, set_cluster
 
     if (workers is None) != (worker_index is None):
@@ -63,11 +66,7 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
     if workers is not None:
         set_cluster(workers, worker_index or 0)
     if resume:
-        run = load_run(resume)
-        if overrides:
-            run = override_run(run, list(overrides))
-            if is_chief():
-                run.save()
+        folder = resume
     else:
         named: dict[str, Any] = {
             "model": model, "dataset": dataset, "epochs": epochs, "batch_size": batch_size,
@@ -75,15 +74,44 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
             "mixed_precision": mixed_precision,
         }
         given = {k: v for k, v in named.items() if v is not None}
-        # Every worker is started with the same --run-dir; the chief creates it.
-        run = new_run(TrainConfig(**given), list(overrides), run_dir, fresh=is_chief(),
-                      named=given)
-    click.echo(f"run: {run.folder}")
-    if run.preset_note:
-        click.echo(run.preset_note)
-    state = Trainer(run, progress=not no_progress).fit()
+        run = new_run(TrainConfig(**given), list(overrides), run_dir, named=given)
+        folder = run.folder
+    # Only the chief writes into the run folder (every worker is given the same --run-dir), so
+    # only the chief holds its lock, for the whole training.
+    lock = (folder_lock(folder, "training", "wait for it to end, or use another --run-dir")
+            if is_chief() else contextlib.nullcontext())
+    with lock:
+        if resume:
+            run = load_run(resume)
+            if overrides:
+                run = override_run(run, list(overrides))
+                if is_chief():
+                    run.save()
+        elif (run.folder / "config.json").exists():
+            run = same_run(run)
+            click.echo(f"continuing the run in {run.folder} (the same settings)")
+        click.echo(f"run: {run.folder}")
+        if run.preset_note:
+            click.echo(run.preset_note)
+        state = _fit(run, progress=not no_progress)
     click.echo(f"finished after {state.global_step} steps ({state.stop_reason}); "
                f"report: {run.folder / 'report.txt'}")
+
+
+def _fit(run: Any, progress: bool) -> Any:
+    """Train ``run`` to its end; a damaged dataset shard is a one-line error naming it."""
+    import tensorflow as tf
+
+    from asrkit.data.shards import damaged_dataset_error
+    from asrkit.train.engine import Trainer
+
+    try:
+        return Trainer(run, progress=progress).fit()
+    except tf.errors.DataLossError:
+        error = damaged_dataset_error(run.dataset, f"continue with --resume {run.folder}")
+        if error is None:
+            raise
+        raise error from None
 
 
 @click.command("evaluate")

@@ -129,7 +129,10 @@ def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | No
                  checkpoint: str = "best", progress: bool = True,
                  decoder_settings: Sequence[str] = ()) -> Evaluation:
     """Evaluate a saved run's checkpoint (``best``, else ``latest``) on ``split``."""
+    import tensorflow as tf
+
     from asrkit.data.pipeline import make_dataset
+    from asrkit.data.shards import damaged_dataset_error
     from asrkit.decoders import load_decoder
     from asrkit.runs import load_run_model
 
@@ -141,7 +144,13 @@ def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | No
                            run.pipeline.for_evaluation())
     predict = make_predict(model, spec, run.model_config,
                            extractor.num_features(run.feature_config))
-    evaluation = evaluate_dataset(predict, batches, decoder, run.alphabet, split, progress)
+    try:
+        evaluation = evaluate_dataset(predict, batches, decoder, run.alphabet, split, progress)
+    except tf.errors.DataLossError:
+        error = damaged_dataset_error(run.dataset)
+        if error is None:
+            raise
+        raise error from None
     evaluation.checkpoint = scored
     return evaluation
 

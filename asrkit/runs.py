@@ -11,6 +11,7 @@ exported or compared later.
       metrics.jsonl      one JSON object a line: steps, epochs, evaluations, warnings
       tensorboard/       the same metrics for TensorBoard
       report.json        the final evaluation (and report.txt, for people)
+    runs/<name>.lock     while a training writes the run: who it is (:mod:`asrkit.locks`)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from asrkit.data.manifest import DATASET_JSON, write_json
+from asrkit.data.manifest import DATASET_JSON, load_dataset_json, write_json
 from asrkit.errors import AsrkitError
 from asrkit.text import Alphabet
 from asrkit.train.config import (
@@ -36,11 +37,13 @@ from asrkit.train.config import (
 
 
 def resolve_dataset(name: str) -> Path:
-    """A dataset given by folder or by name (``$ASRKIT_HOME/datasets/<name>``)."""
+    """A dataset given by folder or by name (``$ASRKIT_HOME/datasets/<name>``); a damaged
+    ``dataset.json`` is an error, since it means the import did not end well."""
     from asrkit.data.importing import asrkit_home
 
     for candidate in (Path(name), asrkit_home() / "datasets" / name):
         if (candidate / DATASET_JSON).exists():
+            load_dataset_json(candidate)
             return candidate
     raise AsrkitError(
         f"no imported dataset {name!r} (looked in ./{name} and {asrkit_home() / 'datasets'}); "
@@ -91,17 +94,25 @@ class Run:
 
 
 def next_run_folder(model: str, root: Path = Path("runs")) -> Path:
+    """The first free ``root/<model>-<n>``, created at once, so that two trainings started
+    together never pick the same one."""
+    root.mkdir(parents=True, exist_ok=True)
     number = 1
-    while (root / f"{model}-{number}").exists():
-        number += 1
-    return root / f"{model}-{number}"
+    while True:
+        folder = root / f"{model}-{number}"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            number += 1
+            continue
+        return folder
 
 
 def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
-            fresh: bool = True, named: Collection[str] = ()) -> Run:
+            named: Collection[str] = ()) -> Run:
     """A run from defaults, the model's preset, and ``-o`` overrides (in that order; unknown
     keys are errors). ``named`` lists the ``train`` fields set in ``train`` by named options,
-    which the preset leaves alone. With ``fresh``, the folder must not hold a run yet."""
+    which the preset leaves alone. The folder may hold a run already: see :func:`same_run`."""
     from asrkit import plugins
     from asrkit.data.pipeline import PipelineConfig
     from asrkit.presets import choose_preset, preset_overrides
@@ -136,10 +147,33 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     alphabet_file = dataset / "alphabet.txt"
     alphabet = Alphabet.load(alphabet_file) if alphabet_file.exists() else Alphabet()
     folder = folder or next_run_folder(train.model)
-    if fresh and (folder / "config.json").exists():
-        raise AsrkitError(f"{folder} already holds a run; resume it with --resume {folder}")
     return Run(folder, train, model_config, feature_config, pipeline, alphabet,
                preset_note=f"preset: {preset or 'none'} ({why})")
+
+
+def same_run(run: Run) -> Run:
+    """The run saved in ``run``'s folder, when its settings are ``run``'s: the same ``asrkit
+    train`` command run again (after a crash, Ctrl-C, on every worker) continues it. Other
+    settings are a one-line error: ``--resume`` is the way to change train settings."""
+    saved = load_run(run.folder)
+    wanted, there = _flat(run.to_json()), _flat(saved.to_json())
+    differences = [f"{key} {there.get(key)} there, {wanted.get(key)} here"
+                   for key in sorted(set(wanted) | set(there)) if wanted.get(key) != there.get(key)]
+    if differences:
+        shown = "; ".join(differences[:3]) + ("; ..." if len(differences) > 3 else "")
+        raise AsrkitError(
+            f"{run.folder} holds a run with other settings ({shown}); continue it with "
+            f"--resume {run.folder} (-o may change train settings) or choose a new --run-dir"
+        )
+    return saved
+
+
+def _flat(config: dict[str, Any]) -> dict[str, Any]:
+    """``{"train": {"epochs": 3}}`` -> ``{"epochs": 3}`` (``model.n_hidden`` for the other
+    sections), with JSON's types (lists, not tuples)."""
+    config = json.loads(json.dumps(config))
+    return {(key if section == "train" else f"{section}.{key}"): value
+            for section, values in config.items() for key, value in values.items()}
 
 
 def override_run(run: Run, overrides: list[str]) -> Run:
@@ -174,7 +208,16 @@ def load_run(folder: str | Path) -> Run:
     path = folder / "config.json"
     if not path.exists():
         raise AsrkitError(f"{folder} is not a run directory (no config.json)")
-    saved = json.loads(path.read_text())
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        sections = {name: saved[name] for name in ("train", "model", "features", "pipeline")}
+        if not all(isinstance(values, dict) for values in sections.values()):
+            raise TypeError("a section is not an object")
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError) as error:
+        raise AsrkitError(
+            f"{path} is damaged ({type(error).__name__}: {error}); the run cannot be "
+            "continued or evaluated without it: train again in a new --run-dir"
+        ) from None
     train = from_dict(TrainConfig, saved["train"])
     spec = plugins.get("model", train.model)
     extractor = plugins.get("feature", spec.features)
@@ -196,17 +239,15 @@ def append_metrics(folder: Path, record: dict[str, Any]) -> None:
 
 
 def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:
-    """A saved run, its model with the ``checkpoint`` weights (``best``, else ``latest``), and
+    """A saved run, its model with the ``checkpoint`` weights (``best`` or ``latest``; the other
+    when that one is missing or damaged), and
     that checkpoint's state: what evaluation, transcription and export all start from."""
     from asrkit.train.checkpoints import Checkpoints
 
     run = load_run(folder)
     model = run.spec.build(run.model_config, run.extractor.num_features(run.feature_config),
                            run.alphabet.num_classes)
-    checkpoints = Checkpoints(run.folder / "checkpoints", model=model)
-    state = checkpoints.restore(checkpoint)
-    if state is None and checkpoint != "latest":
-        state = checkpoints.restore("latest")
+    state = Checkpoints(run.folder / "checkpoints", model=model).restore(checkpoint)
     if state is None:
         raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
     return run, model, state

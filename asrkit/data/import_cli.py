@@ -66,7 +66,14 @@ def import_command(importer: Importer) -> click.Command:
         options = {k: v for k, v in params.items() if k not in COMMON_PARAMS}
         registration = get_plugins().registry.entries["importer"].get(importer.name)
         provider = registration.provider.distribution if registration else ""
-        result = run_import(importer, options, config, provider)
+        from asrkit.data.manifest import load_dataset_json
+        from asrkit.locks import folder_lock
+
+        dataset = config.output or config.home / "datasets" / importer.dataset_name(options)
+        with folder_lock(dataset, "import"):  # one import at a time into a dataset folder
+            if not config.force and (dataset / DATASET_JSON).exists():
+                load_dataset_json(dataset)  # a damaged one is a one-line error
+            result = run_import(importer, options, config, provider)
         if params["as_json"]:
             click.echo(json.dumps({"dataset": str(result.dataset), "did_work": result.did_work,
                                    **result.report}, indent=2))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asrkit.errors import AsrkitError
 from asrkit.types import SAMPLE_RATE
 
 SHARD_DIR = "shards"
@@ -139,3 +140,31 @@ def read_records(path: str | Path) -> list[ShardRecord]:
             )
         )
     return records
+
+
+def find_damaged_shard(dataset: str | Path) -> tuple[Path, str] | None:
+    """The first shard of ``dataset`` that cannot be read to its end (cut short, bytes
+    changed), with the reader's reason; None when every shard reads. TensorFlow's own error
+    for a damaged record does not name the file: this is run after one, to name it."""
+    import re
+
+    import tensorflow as tf
+
+    for path in sorted((Path(dataset) / SHARD_DIR).glob("*.tfrecord")):
+        try:
+            tf.data.TFRecordDataset(str(path)).reduce(0, lambda count, _: count + 1)
+        except tf.errors.DataLossError as error:
+            found = re.search(r"(truncated|corrupted) record at \d+", error.message)
+            return path, found.group(0) if found else "unreadable"
+    return None
+
+
+def damaged_dataset_error(dataset: str | Path, then: str = "") -> AsrkitError | None:
+    """The one-line error for a dataset with a damaged shard (``then``: what to do after
+    importing again), or None if no shard is damaged."""
+    found = find_damaged_shard(dataset)
+    if found is None:
+        return None
+    path, reason = found
+    return AsrkitError(f"{path} is damaged ({reason}); import the dataset again with --force"
+                       + (f", then {then}" if then else ""))

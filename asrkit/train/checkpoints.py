@@ -1,25 +1,65 @@
-"""Checkpoints that are never half-written.
+"""Checkpoints that survive a kill at any moment.
 
-A checkpoint is written into a fresh folder (``ckpt-<step>``); only then is the pointer file
-(``latest.json`` or ``best.json``) replaced atomically to name it, together with the loop state
-(epoch, step, counters) needed to resume exactly. A crash at any moment leaves the previous
-pointer and its complete folder in place. Folders no pointer names are removed afterwards.
+A save never touches what a pointer names. It writes the new checkpoint into a fresh folder
+(``ckpt-<step>-<kind>-<token>``, a new name even when the same step is saved again), waits until
+it is on disk, then replaces the pointer file (``latest.json`` or ``best.json``, which also holds
+the loop state needed to resume exactly) atomically: a temporary file, fsync, ``os.replace``.
+Only then are the folders no pointer names removed. A kill at any point leaves each pointer
+naming a complete checkpoint, the old one or the new one.
+
+Loading checks what a pointer says: a pointer that is damaged or names a missing or incomplete
+folder is passed over, with a warning, for the other pointer; with neither usable, it is a
+one-line error.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
+
+from asrkit.data.manifest import sync_folder, write_durable
+from asrkit.errors import AsrkitError
+
+KINDS = ("latest", "best")
+
+#: For tests of the above: ``ASRKIT_FAULT_CHECKPOINT=STAGE[:N]`` ends the process at once (exit
+#: status 9, as abruptly as ``kill -9``: nothing is flushed or cleaned up) at that stage of its
+#: N-th save (default: the first).
+FAULT_ENV = "ASRKIT_FAULT_CHECKPOINT"
+#: The stages of a save, in order: the new folder made; the checkpoint written to disk; the new
+#: pointer written beside the old; the pointer replaced; unnamed folders removed.
+SAVE_STAGES = ("begin", "written", "pointer", "switched", "cleaned")
+
+
+class DamagedCheckpoint(Exception):
+    """A pointer that cannot be used; its message says which file and why."""
+
+
+def _fault_point(stage: str, save_number: int) -> None:
+    name, _, number = os.environ.get(FAULT_ENV, "").partition(":")
+    if name == stage and int(number or 1) == save_number:
+        os._exit(9)
+
+
+def _sync_tree(folder: Path) -> None:
+    """Flush every file under ``folder`` to disk, then the names in it."""
+    for path in folder.iterdir():
+        if path.is_dir():
+            _sync_tree(path)
+            continue
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+    sync_folder(folder)
 
 
 class Checkpoints:
     def __init__(self, folder: Path, **trackables: Any) -> None:
         import tensorflow as tf
-
-        from asrkit.errors import AsrkitError
 
         model = trackables.get("model")
         missing = untracked_weights(model) if model is not None else []
@@ -32,45 +72,121 @@ class Checkpoints:
         self.folder = folder
         self.folder.mkdir(parents=True, exist_ok=True)
         self.checkpoint = tf.train.Checkpoint(**trackables)
+        self.saves = 0
 
     def _pointer(self, kind: str) -> Path:
         return self.folder / f"{kind}.json"
 
     def save(self, kind: str, step: int, state: dict[str, Any]) -> None:
-        name = f"ckpt-{step:09d}-{kind}"
+        self.saves += 1
+        name = f"ckpt-{step:09d}-{kind}-{secrets.token_hex(4)}"
         target = self.folder / name
-        if target.exists():
-            shutil.rmtree(target)
+        target.mkdir()
+        _fault_point("begin", self.saves)
         self.checkpoint.write(str(target / "ckpt"))
-        partial = self._pointer(kind).with_suffix(".json.partial")
-        partial.write_text(json.dumps({"folder": name, "state": state}, indent=2))
-        os.replace(partial, self._pointer(kind))
+        _sync_tree(target)
+        sync_folder(self.folder)
+        _fault_point("written", self.saves)
+        pointer = self._pointer(kind)
+        partial = pointer.with_name(pointer.name + ".partial")
+        write_durable(partial, json.dumps({"folder": name, "state": state}, indent=2) + "\n")
+        _fault_point("pointer", self.saves)
+        os.replace(partial, pointer)
+        sync_folder(self.folder)
+        _fault_point("switched", self.saves)
         self._clean()
+        _fault_point("cleaned", self.saves)
+
+    def _read(self, kind: str) -> dict[str, Any] | None:
+        """The pointer's contents, None if there is no pointer; raises DamagedCheckpoint."""
+        pointer = self._pointer(kind)
+        try:
+            saved = json.loads(pointer.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise DamagedCheckpoint(f"{pointer} is damaged ({error})") from None
+        name = saved.get("folder") if isinstance(saved, dict) else None
+        if (not isinstance(name, str) or not name.startswith("ckpt-") or "/" in name
+                or not isinstance(saved.get("state"), dict)):
+            raise DamagedCheckpoint(f"{pointer} is damaged (not a checkpoint pointer)")
+        if not (self.folder / name / "ckpt.index").exists():
+            raise DamagedCheckpoint(f"{pointer} names {name}, which is missing or incomplete")
+        return saved
 
     def state(self, kind: str) -> dict[str, Any] | None:
-        pointer = self._pointer(kind)
-        if not pointer.exists():
+        """The loop state saved with the ``kind`` checkpoint; None if it has none (or a damaged
+        one)."""
+        try:
+            saved = self._read(kind)
+        except DamagedCheckpoint:
             return None
-        return json.loads(pointer.read_text())["state"]
+        return saved["state"] if saved else None
 
     def restore(self, kind: str) -> dict[str, Any] | None:
-        """Load the ``kind`` checkpoint into the trackables; return its state (None if none)."""
-        pointer = self._pointer(kind)
-        if not pointer.exists():
-            return None
-        saved = json.loads(pointer.read_text())
-        self.checkpoint.read(str(self.folder / saved["folder"] / "ckpt")).expect_partial()
-        return saved["state"]
+        """Load the ``kind`` checkpoint into the trackables and return its state; the other
+        kind's when ``kind`` has none or a damaged one (with a warning for the latter); None
+        when there is no checkpoint at all."""
+        problems = []
+        for candidate in (kind, *(k for k in KINDS if k != kind)):
+            try:
+                state = self._load(candidate)
+            except DamagedCheckpoint as problem:
+                problems.append(str(problem))
+                continue
+            if state is not None:
+                if problems:
+                    print(f"asrkit: warning: {problems[0]}; using the {candidate} checkpoint "
+                          "instead", file=sys.stderr)
+                return state
+        if problems:
+            raise AsrkitError(
+                f"no usable checkpoint in {self.folder}: {'; '.join(problems)}; train it "
+                "afresh in a new --run-dir"
+            )
+        return None
+
+    def _load(self, kind: str) -> dict[str, Any] | None:
+        import tensorflow as tf
+
+        for _ in range(3):  # a training may replace the checkpoint while it is being read
+            saved = self._read(kind)
+            if saved is None:
+                return None
+            try:
+                self.checkpoint.read(str(self.folder / saved["folder"] / "ckpt")).expect_partial()
+            except (tf.errors.OpError, ValueError) as error:
+                try:
+                    again = self._read(kind)
+                except DamagedCheckpoint:
+                    again = None
+                if again is not None and again["folder"] != saved["folder"]:
+                    continue
+                reason = str(error).strip().splitlines()[0]
+                raise DamagedCheckpoint(
+                    f"{self._pointer(kind)} names {saved['folder']}, which cannot be read "
+                    f"({reason})"
+                ) from None
+            return saved["state"]
+        raise DamagedCheckpoint(f"{self._pointer(kind)} keeps changing")
 
     def _clean(self) -> None:
+        """Remove the folders (and temporary files) no pointer names; nothing at all when a
+        pointer cannot be read, since it may name any of them."""
         keep = set()
-        for kind in ("latest", "best"):
-            pointer = self._pointer(kind)
-            if pointer.exists():
-                keep.add(json.loads(pointer.read_text())["folder"])
-        for folder in self.folder.glob("ckpt-*"):
-            if folder.name not in keep:
-                shutil.rmtree(folder, ignore_errors=True)
+        for kind in KINDS:
+            try:
+                saved = json.loads(self._pointer(kind).read_text(encoding="utf-8"))
+                keep.add(saved["folder"])
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, TypeError, KeyError):
+                return
+        for path in self.folder.iterdir():
+            if path.name.startswith("ckpt-") and path.name not in keep:
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.name.endswith(".partial"):
+                path.unlink(missing_ok=True)
 
 
 def untracked_weights(model: Any) -> list[str]:
