@@ -21,7 +21,7 @@ Choices, and why:
 - **Relative positions as in Transformer-XL** (Dai et al. 2019), as the paper does: the score of
   query ``i`` and key ``j`` is ``(q_i + u) k_j + (q_i + v) W_pos P(i - j)`` with sinusoidal
   ``P`` and learned biases ``u``, ``v`` per head. It depends on ``i - j`` only, so an utterance
-  scores the same alone or padded, and it extrapolates to recordings longer than any in training.
+  scores the same alone or padded, and it is defined for any length (no table to outgrow).
 - **Every padded frame is kept out of every valid one's computation**, so an utterance's logits
   do not depend on what it was batched with (a test checks it): the subsampling convolutions pad
   explicitly (Keras' ``"same"`` padding with stride 2 puts its extra zero before or after
@@ -29,8 +29,8 @@ Choices, and why:
   keys; the convolution module zeroes padded frames before its depthwise convolution.
 - **Layer norm in the convolution module** where the paper has batch norm: batch statistics in
   training would include the padded frames (changing with the batch's longest utterance) and
-  would differ from the moving statistics used at inference; layer norm is per frame, the same
-  in training and inference, and costs nothing in accuracy at these sizes.
+  would differ from the moving statistics used at inference; layer norm is per frame and the
+  same in training and inference (a common substitute in Conformer implementations).
 - **Swish written as ``x * sigmoid(x)``**, GLU as a split and a sigmoid, positions with
   ``sin``/``cos``: all TFLite built-in operations, so ``asrkit export --format tflite`` works.
 
