@@ -21,33 +21,37 @@ def clipped_relu(x: Any, clip: float = 20.0) -> Any:
     return tf.minimum(tf.nn.relu(x), clip)
 
 
-class HoistedBiLSTM(keras.layers.Layer):
-    """A bidirectional LSTM over padded batches, with the input projection hoisted out of the
-    time loop.
+class HoistedBiRNN(keras.layers.Layer):
+    """What the bidirectional recurrent layers share: per-direction weights ``kernel``
+    ``[2, features, gates * units]`` and ``recurrent_kernel`` ``[2, units, gates * units]`` in
+    Keras' layout, each direction drawn independently; the input projection of every frame in
+    one product before the time loop, which then multiplies only the recurrent weights.
 
-    Gates are ordered i, f, g, o as in Keras; ``forget_bias`` is added to the forget gate (the
-    notebook's ``BasicLSTMCell(forget_bias=1.0)``). The backward direction reads each utterance
-    from its own last frame (``tf.reverse_sequence``), so padding never reaches its state.
-    Outputs are the two directions concatenated, ``[batch, time, 2 units]``, zero past each
-    utterance's length. The two directions run as two independent loops, which TensorFlow runs
-    side by side (one loop over both directions, as one batched product a step, measured 10 %
-    slower on CPU).
+    The backward direction reads each utterance from its own last frame
+    (``tf.reverse_sequence``), so padding never reaches its state. Outputs are the two directions
+    concatenated, ``[batch, time, 2 units]``, zero past each utterance's length. The two
+    directions run as two independent loops, which TensorFlow runs side by side (one loop over
+    both directions, as one batched product a step, measured 10 % slower on CPU).
     """
 
-    def __init__(self, units: int, forget_bias: float = 1.0, **kwargs: Any) -> None:
+    #: Gates per unit, and bias rows (input only, or input and recurrent).
+    GATES: int
+    BIASES: int
+
+    def __init__(self, units: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.units = units
-        self.forget_bias = forget_bias
 
     def build(self, input_shape: Any) -> None:
-        features, gates = int(input_shape[-1]), 4 * self.units
+        features, gates = int(input_shape[-1]), self.GATES * self.units
         self.kernel = self.add_weight(
             name="kernel", shape=(2, features, gates),
             initializer=per_direction(keras.initializers.GlorotUniform, (features, gates)))
         self.recurrent_kernel = self.add_weight(
             name="recurrent_kernel", shape=(2, self.units, gates),
             initializer=per_direction(keras.initializers.Orthogonal, (self.units, gates)))
-        self.bias = self.add_weight(name="bias", shape=(2, 1, gates), initializer="zeros")
+        self.bias = self.add_weight(name="bias", shape=(2, self.BIASES, gates),
+                                    initializer="zeros")
 
     def call(self, inputs: Any, lengths: Any) -> Any:
         frames = tf.shape(inputs)[1]
@@ -60,13 +64,32 @@ class HoistedBiLSTM(keras.layers.Layer):
         return out * mask[:, :, None]
 
     def _direction(self, inputs: Any, index: int) -> Any:
-        """One direction's outputs ``[batch, time, units]``: the input projection of every frame
-        in one product, then a loop that multiplies only the recurrent weights."""
+        """One direction's outputs ``[batch, time, units]``."""
         batch, frames, features = tf.shape(inputs)[0], tf.shape(inputs)[1], tf.shape(inputs)[2]
-        kernel, recurrent = self.kernel[index], self.recurrent_kernel[index]
-        projected = tf.matmul(tf.reshape(inputs, [-1, features]), kernel) + self.bias[index]
-        projected = tf.transpose(tf.reshape(projected, [batch, frames, 4 * self.units]), [1, 0, 2])
-        forget_bias = self.forget_bias
+        projected = tf.matmul(tf.reshape(inputs, [-1, features]), self.kernel[index])
+        projected = tf.reshape(projected + self.bias[index][0],
+                               [batch, frames, self.GATES * self.units])
+        outputs = self._loop(tf.transpose(projected, [1, 0, 2]), index, batch)
+        return tf.transpose(outputs, [1, 0, 2])
+
+    def _loop(self, projected: Any, index: int, batch: Any) -> Any:
+        """The recurrence over time-major projected inputs; outputs ``[time, batch, units]``."""
+        raise NotImplementedError
+
+
+class HoistedBiLSTM(HoistedBiRNN):
+    """A bidirectional LSTM (:class:`HoistedBiRNN`). Gates are ordered i, f, g, o as in Keras;
+    ``forget_bias`` is added to the forget gate (the notebook's
+    ``BasicLSTMCell(forget_bias=1.0)``)."""
+
+    GATES, BIASES = 4, 1
+
+    def __init__(self, units: int, forget_bias: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(units, **kwargs)
+        self.forget_bias = forget_bias
+
+    def _loop(self, projected: Any, index: int, batch: Any) -> Any:
+        recurrent, forget_bias = self.recurrent_kernel[index], self.forget_bias
 
         def step(carry: Any, z: Any) -> Any:
             h, c = carry
@@ -77,50 +100,18 @@ class HoistedBiLSTM(keras.layers.Layer):
 
         zeros = tf.zeros([batch, self.units], dtype=projected.dtype)
         outputs, _ = tf.scan(step, projected, initializer=(zeros, zeros))
-        return tf.transpose(outputs, [1, 0, 2])
+        return outputs
 
 
-class HoistedBiGRU(keras.layers.Layer):
-    """A bidirectional GRU over padded batches, with the input projection hoisted out of the
-    time loop, for the reason :class:`HoistedBiLSTM` gives.
+class HoistedBiGRU(HoistedBiRNN):
+    """A bidirectional GRU (:class:`HoistedBiRNN`). Gates are ordered z, r, h and the reset
+    gate is applied after the recurrent product (``reset_after``), with input and recurrent
+    biases, all as in Keras' ``GRU`` (a test compares the two)."""
 
-    Gates are ordered z, r, h and the reset gate is applied after the recurrent product
-    (``reset_after``), both as in Keras' ``GRU``, so the weights have Keras' layout (a test
-    compares the two). Each direction has its own initial weights. Outputs are the two
-    directions concatenated, zero past each utterance's length.
-    """
+    GATES, BIASES = 3, 2
 
-    def __init__(self, units: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.units = units
-
-    def build(self, input_shape: Any) -> None:
-        features, gates = int(input_shape[-1]), 3 * self.units
-        self.kernel = self.add_weight(
-            name="kernel", shape=(2, features, gates),
-            initializer=per_direction(keras.initializers.GlorotUniform, (features, gates)))
-        self.recurrent_kernel = self.add_weight(
-            name="recurrent_kernel", shape=(2, self.units, gates),
-            initializer=per_direction(keras.initializers.Orthogonal, (self.units, gates)))
-        # Input and recurrent biases, as Keras' GRU(reset_after=True) keeps them.
-        self.bias = self.add_weight(name="bias", shape=(2, 2, gates), initializer="zeros")
-
-    def call(self, inputs: Any, lengths: Any) -> Any:
-        frames = tf.shape(inputs)[1]
-        backward = tf.reverse_sequence(inputs, lengths, seq_axis=1, batch_axis=0)
-        out = tf.concat([
-            self._direction(inputs, 0),
-            tf.reverse_sequence(self._direction(backward, 1), lengths, seq_axis=1, batch_axis=0),
-        ], axis=-1)
-        mask = tf.sequence_mask(lengths, frames, dtype=out.dtype)
-        return out * mask[:, :, None]
-
-    def _direction(self, inputs: Any, index: int) -> Any:
-        batch, frames, features = tf.shape(inputs)[0], tf.shape(inputs)[1], tf.shape(inputs)[2]
-        kernel, recurrent = self.kernel[index], self.recurrent_kernel[index]
-        input_bias, recurrent_bias = self.bias[index][0], self.bias[index][1]
-        projected = tf.matmul(tf.reshape(inputs, [-1, features]), kernel) + input_bias
-        projected = tf.transpose(tf.reshape(projected, [batch, frames, 3 * self.units]), [1, 0, 2])
+    def _loop(self, projected: Any, index: int, batch: Any) -> Any:
+        recurrent, recurrent_bias = self.recurrent_kernel[index], self.bias[index][1]
         units = self.units
 
         def step(h: Any, x: Any) -> Any:
@@ -130,8 +121,7 @@ class HoistedBiGRU(keras.layers.Layer):
             candidate = tf.tanh(x[:, 2 * units:] + r * inner[:, 2 * units:])
             return z * h + (1 - z) * candidate
 
-        outputs = tf.scan(step, projected, initializer=tf.zeros([batch, units], projected.dtype))
-        return tf.transpose(outputs, [1, 0, 2])
+        return tf.scan(step, projected, initializer=tf.zeros([batch, units], projected.dtype))
 
 
 def per_direction(initializer: Any, shape: tuple[int, int]) -> Any:
