@@ -17,6 +17,7 @@ from asrkit import hookimpl
 from asrkit.errors import AsrkitError, describe_os_error
 from asrkit.plugins import PluginSet
 from asrkit.registry import Provider
+from tests.toy_importer import registered_twice
 
 
 def lines(text: str) -> list[str]:
@@ -68,26 +69,7 @@ def test_no_command_prints_the_help(make_plugins, asrkit_cli):
 
 
 def test_withheld_importer_says_why(make_plugins, asrkit_cli):
-    from asrkit.types import Importer
-
-    class Toy(Importer):
-        name = "toy"
-        description = "A toy."
-
-        def resources(self, options):
-            return []
-
-        def prepare(self, metadata, members, options):
-            return iter(())
-
-    class One:
-        @hookimpl
-        def register_importers(self, register):
-            register(Toy())
-
-    plugins = PluginSet()
-    plugins.add_module(One(), Provider("one", "dist-one", "1"))
-    plugins.add_module(One(), Provider("two", "dist-two", "2"))
+    plugins = registered_twice()
     result = asrkit_cli(["import", "toy"], plugins)
     assert result.exit_code == 2
     assert lines(result.stderr)[-1].startswith(

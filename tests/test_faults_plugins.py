@@ -15,10 +15,9 @@ import click
 import pytest
 
 from asrkit import hookimpl
-from asrkit.plugins import PluginSet
-from asrkit.registry import Provider
 from asrkit.types import Importer
 from tests.conftest import ROOT, make_distribution, pip_install, run_asrkit
+from tests.toy_importer import registered_twice
 
 # A distribution whose name sorts before "asrkit", registering asrkit's own names.
 HIJACK = """
@@ -243,24 +242,7 @@ def test_duplicate_of_a_builtin_in_process(make_plugins):
 
 
 def test_two_third_party_duplicates_are_withheld(make_plugins):
-    class Toy(Importer):
-        name = "toy"
-        description = "A toy."
-
-        def resources(self, options):
-            return []
-
-        def prepare(self, metadata, members, options):
-            return iter(())
-
-    class One:
-        @hookimpl
-        def register_importers(self, register):
-            register(Toy())
-
-    plugins = PluginSet()
-    plugins.add_module(One(), Provider("one", "dist-one", "1"))
-    plugins.add_module(One(), Provider("two", "dist-two", "2"))
+    plugins = registered_twice()
     assert "toy" not in plugins.registry.names("importer")
     (problem,) = plugins.problems()
     assert "dist-one (plugin 'one') and dist-two (plugin 'two')" in problem

@@ -33,3 +33,22 @@ class ToyTarImporter(Importer):
 @hookimpl
 def register_importers(register):
     register(ToyTarImporter())
+
+
+class ToyPlugin:
+    """A plugin object registering the toy importer (one per distribution that claims it)."""
+
+    @hookimpl
+    def register_importers(self, register):
+        register(ToyTarImporter())
+
+
+def registered_twice():
+    """The toy importer claimed by two third-party distributions: a withheld duplicate."""
+    from asrkit.plugins import PluginSet
+    from asrkit.registry import Provider
+
+    plugins = PluginSet()
+    plugins.add_module(ToyPlugin(), Provider("one", "dist-one", "1"))
+    plugins.add_module(ToyPlugin(), Provider("two", "dist-two", "2"))
+    return plugins
