@@ -162,11 +162,17 @@ def build(folder: Path, train: int = 2000, dev: int = 100, test: int = 150, seed
     rows = ["file\ttranscript\tsplit\tspeaker"]
     rows += [f"{u.file}\t{u.text}\t{u.split}\t{u.voice.replace('+', '_').replace(':', '_')}"
              for u in plan.utterances]
-    (folder / "listing.tsv").write_text("\n".join(rows) + "\n")
-    (folder / "plan.json").write_text(json.dumps(
+    write_if_changed(folder / "listing.tsv", "\n".join(rows) + "\n")
+    write_if_changed(folder / "plan.json", json.dumps(
         {"held_out_words": plan.held_out_words, "unseen_share": plan.unseen_share,
          "utterances": [asdict(u) for u in plan.utterances]}, indent=1))
     return plan
+
+
+def write_if_changed(path: Path, text: str) -> None:
+    """Leave an identical file alone: a rebuilt corpus must not look changed to a re-import."""
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
 
 
 def main() -> None:
