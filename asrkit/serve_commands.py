@@ -109,7 +109,8 @@ def _echo(line: str, err: bool = False) -> None:
               help="Folder to write [default: RUN/export/FORMAT].")
 @click.option("--checkpoint", type=click.Choice(["best", "latest"]), default="best",
               show_default=True)
-@click.option("--force", is_flag=True, help="Replace an existing export.")
+@click.option("--force", is_flag=True,
+              help="Replace an earlier export (only a folder asrkit wrote, holding nothing else).")
 @click.option("--json", "as_json", is_flag=True, help="Print the export's asrkit.json.")
 def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str, force: bool,
                    as_json: bool) -> None:
