@@ -6,6 +6,7 @@ imports nothing heavy: the engine is loaded when an import actually runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections import Counter
@@ -18,7 +19,9 @@ from asrkit.data.manifest import DATASET_JSON
 from asrkit.types import Importer
 
 if TYPE_CHECKING:
-    from asrkit.data.importing import ImportResult
+    from collections.abc import Iterator
+
+    from asrkit.data.importing import ImportConfig, ImportResult
 
 #: Default of ``--max-duration``, in seconds: longer utterances rarely fit a GPU batch.
 DEFAULT_MAX_SECONDS = 40.0
@@ -70,7 +73,9 @@ def import_command(importer: Importer) -> click.Command:
         from asrkit.locks import folder_lock
 
         dataset = config.output or config.home / "datasets" / importer.dataset_name(options)
-        with folder_lock(dataset, "import"):  # one import at a time into a dataset folder
+        # One import at a time into a dataset folder; a lock that cannot be made (ASRKIT_HOME a
+        # file, read-only) is the import's own write error, said the same way.
+        with _disk_errors_named(dataset, config), folder_lock(dataset, "import"):
             if not config.force and (dataset / DATASET_JSON).exists():
                 load_dataset_json(dataset)  # a damaged one is a one-line error
             result = run_import(importer, options, config, provider)
@@ -114,3 +119,16 @@ def import_command(importer: Importer) -> click.Command:
     return click.Command(importer.name, callback=callback, params=params, help=help_text,
                          short_help=doc.split("\n")[0][:80],
                          context_settings={"max_content_width": 100})
+
+
+@contextlib.contextmanager
+def _disk_errors_named(dataset: Path, config: ImportConfig) -> Iterator[None]:
+    from asrkit.data.importing import disk_error
+
+    try:
+        yield
+    except OSError as error:
+        named = disk_error(error, dataset, config)
+        if named is None:
+            raise
+        raise named from None
