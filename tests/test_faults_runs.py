@@ -74,7 +74,8 @@ def test_a_kill_at_any_stage_of_a_checkpoint_save_leaves_a_resumable_run(home, a
 
 def test_a_damaged_pointer_falls_back_to_the_other_checkpoint(home, asrkit_cli, tmp_path):
     run = tmp_path / "run"
-    trained = asrkit_cli([*SHORT, "--run-dir", run])
+    # Scored on dev, so that there is a best checkpoint to fall back to.
+    trained = asrkit_cli([*SHORT, "-o", "evaluate_dev=true", "--run-dir", run])
     assert trained.exit_code == 0, trained.stderr[-3000:]
     latest, best = run / "checkpoints" / "latest.json", run / "checkpoints" / "best.json"
 
