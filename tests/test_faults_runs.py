@@ -217,12 +217,13 @@ import os, sys, time
 from asrkit.errors import AsrkitError
 from asrkit.locks import folder_lock
 folder, go = sys.argv[1], sys.argv[2]
+open(go + "." + str(os.getpid()), "w").close()  # ready: imports done
 while not os.path.exists(go):
     time.sleep(0.005)
 try:
     with folder_lock(folder, "import"):
         print("won", flush=True)
-        time.sleep(3)
+        time.sleep(5)
 except AsrkitError as error:
     print(error, flush=True)
 """
@@ -232,7 +233,10 @@ def test_of_processes_racing_for_a_lock_exactly_one_wins(tmp_path):
     go = tmp_path / "go"
     racers = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path / "data"), str(go)],
                                stdout=subprocess.PIPE, text=True) for _ in range(6)]
-    time.sleep(1.0)  # all started and waiting
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("go.*"))) < len(racers):  # all started and waiting
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     go.touch()
     results = [racer.communicate(timeout=60)[0].strip() for racer in racers]
     assert results.count("won") == 1, results
