@@ -61,6 +61,11 @@ def dataset_name_from(path: Path) -> str:
     return name
 
 
+#: A listing's fields are paths and transcripts: a longer one is not a transcript (and csv's own
+#: field limit is process-wide state that other code may raise).
+MAX_FIELD_CHARS = 100_000
+
+
 def _read_table(data: bytes, name: str) -> tuple[list[str], list[dict[str, str]]]:
     text = decode_text(data, name)
     if name.endswith(".tsv"):  # TSV listings (Common Voice's, SpeechBrain's) are never quoted
@@ -74,6 +79,11 @@ def _read_table(data: bytes, name: str) -> tuple[list[str], list[dict[str, str]]
     except csv.Error as error:  # a field over csv's size limit, a NUL byte...
         raise AsrkitError(f"{name}:{reader.line_num}: cannot be read as a listing "
                           f"({quote(str(error))})") from None
+    for number, row in enumerate(rows, start=2):
+        longest = max((len(value) for value in row.values()), default=0)
+        if longest > MAX_FIELD_CHARS:
+            raise AsrkitError(f"{name}: row {number} has a field of {longest:,} characters, "
+                              f"more than a transcript can be ({MAX_FIELD_CHARS:,})")
     return [f.lower() for f in fields], rows
 
 
