@@ -396,3 +396,15 @@ def test_a_split_never_reads_another_splits_shards(tmp_path) -> None:
     assert is_shard_of("test-00003-of-00004.tfrecord.partial", "test", partial=True)
     assert not is_shard_of("test-unseen-00000-of-00001.tfrecord.partial", "test", partial=True)
     assert not is_shard_of("test-00003-of-00004.tfrecord.partial", "test")
+
+
+def test_reading_split_lengths_leaves_csvs_field_limit_alone(tmp_path) -> None:
+    import csv
+
+    from asrkit.data.pipeline import _csv_samples
+
+    path = tmp_path / "train.csv"
+    path.write_text("wav_filename,wav_filesize,transcript\na.wav,32044,\"" + "y" * 200_000 + "\"\n")
+    before = csv.field_size_limit()
+    assert _csv_samples(path) == [16000]
+    assert csv.field_size_limit() == before

@@ -206,7 +206,16 @@ def utterance_samples(dataset_dir: str | Path, split: str) -> list[int]:
 def _csv_samples(path: Path) -> list[int] | None:
     if not path.is_file():
         return None
-    csv.field_size_limit(sys.maxsize)
+    # Transcripts of any length may sit beside the sizes read here; csv's field limit is
+    # process-wide, so it is raised only while this file is read.
+    previous = csv.field_size_limit(sys.maxsize)
+    try:
+        return _read_samples(path)
+    finally:
+        csv.field_size_limit(previous)
+
+
+def _read_samples(path: Path) -> list[int] | None:
     lengths = []
     with path.open(newline="", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
