@@ -117,18 +117,14 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     from asrkit.data.pipeline import PipelineConfig
     from asrkit.presets import choose_preset, preset_overrides
 
-    requested = train
-    for key, value in split_overrides(overrides).get("train", []):
-        requested = override(requested, key, value)
+    users = split_overrides(overrides).get("train", [])
+    requested = _overridden(train, users)  # which model and preset the user asks for
     spec = plugins.get("model", requested.model)
     preset, why = choose_preset(spec, requested.preset, requested.devices)
     from_preset = preset_overrides(spec, preset)
-    for key, value in split_overrides(from_preset).get("train", []):
-        if key not in named:  # a named option (--batch-size) wins over the preset
-            train = override(train, key, value)
-    for key, value in split_overrides(overrides).get("train", []):
-        train = override(train, key, value)
-    train = replace(train, preset=preset or "none")
+    # The preset first; a named option (--batch-size) and every -o win over it.
+    presets = [(k, v) for k, v in split_overrides(from_preset).get("train", []) if k not in named]
+    train = replace(_overridden(_overridden(train, presets), users), preset=preset or "none")
     check_names(train)
     sections = split_overrides(from_preset + list(overrides))
     model_config = spec.Config()
@@ -174,6 +170,12 @@ def _flat(config: dict[str, Any]) -> dict[str, Any]:
     config = json.loads(json.dumps(config))
     return {(key if section == "train" else f"{section}.{key}"): value
             for section, values in config.items() for key, value in values.items()}
+
+
+def _overridden(config: Any, pairs: list[tuple[str, str]]) -> Any:
+    for key, value in pairs:
+        config = override(config, key, value)
+    return config
 
 
 def override_run(run: Run, overrides: list[str]) -> Run:
