@@ -35,6 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tqdm import tqdm
+
 FORTUNES = Path("/usr/share/games/fortunes")
 #: Each test sentence has at least this share of its words outside the training vocabulary.
 MIN_UNSEEN_WORDS = 0.15
@@ -157,8 +159,10 @@ def build(folder: Path, train: int = 2000, dev: int = 100, test: int = 150, seed
     """Write the corpus (resumable: finished files are kept) and its ``listing.tsv``."""
     plan = plan_corpus(fortune_sentences(), train, dev, test, seed)
     folder.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(jobs) as pool:
-        list(pool.map(lambda u: synthesise(u, folder), plan.utterances))
+    with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(plan.utterances), unit="utt",
+                                                 desc="synthesise") as bar:
+        for _ in pool.map(lambda u: synthesise(u, folder), plan.utterances):
+            bar.update()
     rows = ["file\ttranscript\tsplit\tspeaker"]
     rows += [f"{u.file}\t{u.text}\t{u.split}\t{u.voice.replace('+', '_').replace(':', '_')}"
              for u in plan.utterances]
