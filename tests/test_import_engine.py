@@ -218,6 +218,14 @@ def test_archive_on_disk(toy, asrkit_cli, asrkit_home, tmp_path):
     assert not (asrkit_home / "downloads").exists()
 
 
+def assert_same_tree(got: dict[str, bytes], expected: dict[str, bytes]) -> None:
+    """Equal trees, or a failure that names the files that differ (not megabytes of bytes)."""
+    assert sorted(got) == sorted(expected)
+    differ = [name for name in expected if got[name] != expected[name]]
+    shown = {name: (got[name][:300], expected[name][:300]) for name in differ[:3]}
+    assert not differ, (differ, shown)
+
+
 def tree(folder: Path) -> dict[str, bytes]:
     return {
         p.relative_to(folder).as_posix(): p.read_bytes()
@@ -273,4 +281,4 @@ def test_killed_import_resumes_byte_identical(toy_site, corpus_server, tmp_path)
         assert not (dataset / "dataset.json").exists()
     finished = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     assert finished.returncode == 0, finished.stderr
-    assert tree(dataset) == tree(reference / "datasets" / "toy")
+    assert_same_tree(tree(dataset), tree(reference / "datasets" / "toy"))
