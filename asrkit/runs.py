@@ -4,7 +4,7 @@ exported or compared later.
 ::
 
     runs/<name>/
-      config.json        the effective configuration: train, model, features, pipeline
+      config.json        the effective configuration: train, model, features, pipeline, decoder
       plugins.json       installed plugins and versions (``asrkit plugins --json``)
       alphabet.txt       the alphabet the labels use
       checkpoints/       latest.json + best.json pointers and their checkpoint folders
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from asrkit.data.manifest import DATASET_JSON, load_dataset_json, write_json
+from asrkit.decoders import decoder_config, try_decoder
 from asrkit.errors import AsrkitError
 from asrkit.text import Alphabet
 from asrkit.train.config import (
@@ -63,6 +64,9 @@ class Run:
     alphabet: Alphabet
     #: For a new run: which preset it uses and why (printed by ``asrkit train``).
     preset_note: str = ""
+    #: The ``Config`` of ``train.decoder`` (dev scoring, the report); ``None``: its defaults; a
+    #: dict: as saved, for a decoder not installed here.
+    decoder_config: Any = None
 
     @property
     def spec(self) -> Any:
@@ -77,12 +81,25 @@ class Run:
         return plugins.get("feature", self.spec.features)
 
     @property
+    def decoder(self) -> Any:
+        """``train.decoder`` with this run's decoder settings."""
+        from asrkit import plugins
+
+        decoder = plugins.get("decoder", self.train.decoder)
+        config = self.decoder_config
+        if isinstance(config, dict):
+            config = from_dict(type(decoder.config), config)
+        return decoder if config is None else decoder.with_config(config)
+
+    @property
     def dataset(self) -> Path:
         return resolve_dataset(self.train.dataset)
 
     def to_json(self) -> dict[str, Any]:
         return {"train": to_dict(self.train), "model": to_dict(self.model_config),
-                "features": to_dict(self.feature_config), "pipeline": to_dict(self.pipeline)}
+                "features": to_dict(self.feature_config), "pipeline": to_dict(self.pipeline),
+                "decoder": (self.decoder_config if isinstance(self.decoder_config, dict)
+                            else to_dict(self.decoder.config))}
 
     def save(self) -> None:
         from asrkit.plugins import get_plugins
@@ -127,6 +144,7 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     train = replace(_overridden(_overridden(train, presets), users), preset=preset or "none")
     check_names(train)
     sections = split_overrides(from_preset + list(overrides))
+    decoder = decoder_config(train.decoder, sections.get("decoder", []))
     model_config = spec.Config()
     for key, value in sections.get("model", []):
         model_config = override(model_config, key, value)
@@ -142,9 +160,10 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     dataset = resolve_dataset(train.dataset)
     alphabet_file = dataset / "alphabet.txt"
     alphabet = Alphabet.load(alphabet_file) if alphabet_file.exists() else Alphabet()
-    folder = folder or next_run_folder(train.model)
-    return Run(folder, train, model_config, feature_config, pipeline, alphabet,
-               preset_note=f"preset: {preset or 'none'} ({why})")
+    run = Run(folder or Path(), train, model_config, feature_config, pipeline, alphabet,
+              preset_note=f"preset: {preset or 'none'} ({why})", decoder_config=decoder)
+    try_decoder(run.decoder, alphabet)  # e.g. a language model it needs: now, not at the end
+    return replace(run, folder=folder or next_run_folder(train.model))
 
 
 def same_run(run: Run) -> Run:
@@ -185,7 +204,7 @@ def override_run(run: Run, overrides: list[str]) -> Run:
     sections = split_overrides(overrides)
     saved = {"model": run.model_config, "features": run.feature_config, "pipeline": run.pipeline}
     for section, pairs in sections.items():
-        if section == "train":
+        if section in ("train", "decoder"):  # the decoder only reads the weights
             continue
         for key, value in pairs:  # the run's own value again (the same command line) is fine
             if override(saved[section], key, value) != saved[section]:
@@ -198,7 +217,10 @@ def override_run(run: Run, overrides: list[str]) -> Run:
         train = override(train, key, value)
     check_names(train)
     pipeline = replace(run.pipeline, batch_size=train.batch_size, seed=train.seed)
-    return replace(run, train=train, pipeline=pipeline)
+    same = train.decoder == run.train.decoder and not isinstance(run.decoder_config, dict)
+    decoder = decoder_config(train.decoder, sections.get("decoder", []),
+                             to_dict(run.decoder_config) if same and run.decoder_config else None)
+    return replace(run, train=train, pipeline=pipeline, decoder_config=decoder)
 
 
 def load_run(folder: str | Path) -> Run:
@@ -221,6 +243,11 @@ def load_run(folder: str | Path) -> Run:
             "continued or evaluated without it: train again in a new --run-dir"
         ) from None
     train = from_dict(TrainConfig, saved["train"])
+    decoder = saved.get("decoder")  # absent in runs older than decoder settings: the defaults
+    if not isinstance(decoder, dict):
+        decoder = None
+    elif train.decoder in plugins.get_plugins().registry.names("decoder"):
+        decoder = decoder_config(train.decoder, saved=decoder)
     spec = plugins.get("model", train.model)
     extractor = plugins.get("feature", spec.features)
     return Run(
@@ -230,6 +257,7 @@ def load_run(folder: str | Path) -> Run:
         from_dict(extractor.Config, saved["features"]),
         from_dict(PipelineConfig, saved["pipeline"]),
         Alphabet.load(folder / "alphabet.txt"),
+        decoder_config=decoder,
     )
 
 

@@ -144,15 +144,83 @@ class ModelSpec(ABC):
         return length
 
 
+@dataclass(frozen=True)
+class NoSettings:
+    """The ``Config`` of a decoder that has no settings."""
+
+
 class Decoder(ABC):
-    """Turns logits into text: ``decode(logits, lengths, alphabet)``."""
+    """Turns logits into text: ``decode(logits, lengths, alphabet) -> list[str]``.
+
+    The contract the core uses, and nothing else (``asrkit evaluate``, ``asrkit train``,
+    ``asrkit transcribe``, ``asrkit plugins --settings``):
+
+    - ``Config``: a frozen dataclass of the decoder's settings with their defaults, declared
+      with :func:`asrkit.settings.setting` (``NoSettings`` when there are none). The command
+      line sets its fields with ``-o decoder.KEY=VALUE``, typed by :mod:`asrkit.settings`.
+    - ``decoder.config``: this decoder's settings, a ``Config``.
+    - ``decoder.with_config(config)``: a new decoder of the same kind using ``config`` (a
+      ``Config``); the registered instance keeps its defaults. ``with_config(**changes)``
+      replaces single fields of this decoder's config.
+    - ``decode(logits, lengths, alphabet)``: one transcript per utterance of the batch.
+
+    The defaults here serve a decoder whose ``__init__`` takes only ``config``: it stores it
+    (``None``: the defaults). A decoder with another ``__init__`` overrides ``with_config``.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
+    Config: ClassVar[type] = NoSettings
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = self.Config() if config is None else config
+
+    @property
+    def config(self) -> Any:
+        """This decoder's settings (the ``Config`` defaults if its ``__init__`` set none)."""
+        config = self.__dict__.get("_config")
+        return self.Config() if config is None else config
+
+    @config.setter
+    def config(self, config: Any) -> None:
+        self.__dict__["_config"] = self._checked(config)
+
+    def _checked(self, config: Any) -> Any:
+        if not isinstance(config, self.Config):
+            from asrkit.errors import AsrkitError
+
+            raise AsrkitError(f"the {self.name} decoder takes a {self.Config.__qualname__}, "
+                              f"not {type(config).__name__}")
+        return config
+
+    def with_config(self, config: Any = None, /, **changes: Any) -> Decoder:
+        """A new decoder with ``config`` (default: this decoder's) and the fields in
+        ``changes`` replaced; an unknown field or a value not allowed is an
+        :class:`~asrkit.errors.AsrkitError`."""
+        import dataclasses
+
+        from asrkit.errors import AsrkitError
+        from asrkit.settings import validate
+
+        base = self._checked(self.config if config is None else config)
+        known = {f.name for f in dataclasses.fields(self.Config)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise AsrkitError(
+                f"unknown option(s) {', '.join(unknown)} for the {self.name} decoder; "
+                f"known: {', '.join(sorted(known)) or 'none'}"
+            )
+        changed = dataclasses.replace(base, **changes)
+        validate(changed)
+        return type(self)(changed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config!r})"
 
     @abstractmethod
     def decode(self, logits: Any, lengths: Any, alphabet: Any) -> list[str]:
-        """Decode a batch of logits ``[batch, time, classes]`` with valid ``lengths``."""
+        """Decode a batch of logits ``[batch, time, classes]`` (unnormalised; the blank last)
+        with valid ``lengths`` (``None``: every frame) into one string per utterance."""
 
 
 class FeatureExtractor(ABC):

@@ -179,10 +179,9 @@ class Trainer:
 
     def evaluate(self, split: str, progress: bool | None = None) -> Evaluation:
         from asrkit.data.pipeline import make_dataset
-        from asrkit.decoders import load_decoder
 
         if self.decoder is None:
-            self.decoder = load_decoder(self.config.decoder)
+            self.decoder = self.run.decoder  # with the run's decoder settings
         if split not in self.eval_batches:  # built once: its order is fixed, no shuffling
             self.eval_batches[split] = make_dataset(
                 self.dataset_dir, split, self.run.alphabet, self.extractor,
