@@ -40,6 +40,7 @@ import inspect
 import math
 import numbers
 import re
+import textwrap
 import types
 import typing
 from collections.abc import Iterable
@@ -447,10 +448,14 @@ def describe(kind: type) -> list[SettingInfo]:
             default = "(required)"
         inner, optional = _optional(types_[field.name])
         allowed = _wanted(inner, field.metadata.get(RANGE, Range()))
-        if field.metadata.get(RANGE, Range()).finite is False and inner is float:
-            allowed += " (inf allowed)"
+        allowed_range = field.metadata.get(RANGE, Range())
+        if not allowed_range.finite and inner is float:
+            upper = allowed_range.max is not None or allowed_range.below is not None
+            lower = allowed_range.min is not None or allowed_range.above is not None
+            allowed += ", " + ("-inf" if upper and not lower else "inf" if lower and not upper
+                               else "inf, -inf")
         if optional:
-            allowed += " or none"
+            allowed += ", or none" if "," in allowed else " or none"
         doc = field.metadata.get(DOC) or comments.get(field.name, "")
         out.append(SettingInfo(field.name, short_type(types_[field.name]), default, allowed,
                                doc))
@@ -481,7 +486,8 @@ def _field_comments(kind: type) -> dict[str, str]:
 def settings_table(kind: type, prefix: str = "") -> str:
     """:func:`describe` as text: one setting a line (``-o`` key, type, default, allowed), its
     doc indented below."""
-    rows = [(prefix + s.name, s.type, s.default, s.allowed, s.doc) for s in describe(kind)]
+    rows = [(prefix + s.name, s.type, s.default or "''", s.allowed, s.doc)
+            for s in describe(kind)]
     if not rows:
         return "  (no settings)"
     header = ("SETTING", "TYPE", "DEFAULT", "ALLOWED")
@@ -492,5 +498,6 @@ def settings_table(kind: type, prefix: str = "") -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row[:3], widths, strict=True))
                      + "  " + row[3])
         if row[4]:
-            lines.append("    " + row[4])
+            lines.extend(textwrap.wrap(row[4], 96, initial_indent="    ",
+                                       subsequent_indent="    "))
     return "\n".join(line.rstrip() for line in lines)

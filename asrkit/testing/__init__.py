@@ -37,6 +37,7 @@ import pytest
 
 from asrkit.plugins import PluginSet, set_plugins
 from asrkit.registry import Provider
+from asrkit.testing.decoders import *  # noqa: F403  (the decoder contract checks)
 
 
 @dataclass
