@@ -167,12 +167,17 @@ def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | No
 
     from asrkit.data.pipeline import make_dataset
     from asrkit.data.shards import damaged_dataset_error
-    from asrkit.runs import load_run_model
+    from asrkit.decoders import try_decoder
+    from asrkit.runs import load_run, load_run_model
 
+    # The decoder first: a bad setting, or a file it needs and lacks, is said before the
+    # model loads.
+    run = load_run(folder)
+    decoder = choose_decoder(run, decoder_name, decoder_settings)
+    try_decoder(decoder, run.alphabet)
     run, model, state = load_run_model(folder, checkpoint)
     spec, extractor = run.spec, run.extractor
     scored = warn_if_latest_unscored(run.folder, state)
-    decoder = choose_decoder(run, decoder_name, decoder_settings)
     batches = make_dataset(run.dataset, split, run.alphabet, extractor, run.feature_config,
                            run.pipeline.for_evaluation())
     predict = make_predict(model, spec, run.model_config,
