@@ -36,7 +36,8 @@ from asrkit import hookimpl
                    "(e.g. batch_size, epochs), other options are ignored.")
 @click.option("-o", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Set any setting: epochs=5, model.n_hidden=100, features.normalize=feature, "
-                   "pipeline.num_buckets=8 (see docs/training.md).")
+                   "pipeline.num_buckets=8, decoder=beam, decoder.beam_width=50 (see "
+                   "docs/training.md; `asrkit plugins --settings NAME` lists them).")
 @click.option("--workers", default=None, metavar="HOST:PORT,...",
               help="Train on several machines: every worker's address, the same list on each "
                    "(TensorFlow's MultiWorkerMirroredStrategy; an existing TF_CONFIG also works).")
@@ -123,7 +124,8 @@ def _fit(run: Any, progress: bool) -> Any:
 @click.option("--json", "json_file", type=click.Path(path_type=Path), default=None,
               help="Also write the full results (every utterance) as JSON here ('-': stdout).")
 @click.option("-o", "settings", multiple=True, metavar="decoder.KEY=VALUE",
-              help="A decoder setting, e.g. decoder.beam_width=100 (see docs/decoders.md).")
+              help="The decoder (decoder=NAME) or one of its settings, e.g. "
+                   "decoder.beam_width=100 (see docs/decoders.md).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate_command(run: Path, split: str, decoder: str | None, checkpoint: str,
                      json_file: Path | None, settings: tuple[str, ...], no_progress: bool) -> None:

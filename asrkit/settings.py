@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import inspect
 import math
 import numbers
@@ -122,12 +121,19 @@ def setting(default: Any, *, min: float | None = None, max: float | None = None,
 # -- types ---------------------------------------------------------------------------------------
 
 
-@functools.cache
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _hints(kind: type) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(kind)
-    except Exception:  # a name the annotations use is not importable here: use what resolves
-        return {f.name: f.type for f in fields(kind) if not isinstance(f.type, str)}
+    """The resolved annotations of a config class, computed once per class."""
+    hints = _HINTS.get(kind)
+    if hints is None:
+        try:
+            hints = typing.get_type_hints(kind)
+        except Exception:  # a name the annotations use is not importable here: what resolves
+            hints = {f.name: f.type for f in fields(kind) if not isinstance(f.type, str)}
+        _HINTS[kind] = hints
+    return hints
 
 
 def field_types(kind: type) -> dict[str, Any]:

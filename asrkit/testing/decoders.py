@@ -43,9 +43,10 @@ def check_settings_round_trip(decoder: Any) -> None:
     from asrkit.settings import format_value, override
     from asrkit.types import Decoder
 
-    kind = type(decoder).Config
+    kind: Any = type(decoder).Config
     config = decoder.config
-    if not dataclasses.is_dataclass(kind) or not isinstance(config, kind):
+    if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)
+            and isinstance(config, kind)):
         raise AssertionError(f"{decoder.name}: Config must be a dataclass and config one of it; "
                              f"got Config={kind!r}, config={config!r}")
     for field in dataclasses.fields(config):
