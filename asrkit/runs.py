@@ -220,7 +220,9 @@ def override_run(run: Run, overrides: list[str]) -> Run:
     same = train.decoder == run.train.decoder and not isinstance(run.decoder_config, dict)
     decoder = decoder_config(train.decoder, sections.get("decoder", []),
                              to_dict(run.decoder_config) if same and run.decoder_config else None)
-    return replace(run, train=train, pipeline=pipeline, decoder_config=decoder)
+    changed = replace(run, train=train, pipeline=pipeline, decoder_config=decoder)
+    try_decoder(changed.decoder, changed.alphabet)
+    return changed
 
 
 def load_run(folder: str | Path) -> Run:

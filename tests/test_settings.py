@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.util
 import json
 import math
 import subprocess
@@ -364,6 +365,10 @@ def test_train_records_and_uses_the_decoder_settings(home, asrkit_cli, tmp_path)
                           "--no-progress"])
     assert resumed.exit_code == 0, resumed.stderr[-3000:]
     assert json.loads((run / "config.json").read_text())["decoder"]["beam_width"] == 5
+    if importlib.util.find_spec("kenlm") and importlib.util.find_spec("asrkit_decoder_kenlm"):
+        lacking = asrkit_cli(["train", "--resume", run, "-o", "decoder=kenlm", "--no-progress"])
+        assert lacking.exit_code == 1 and "-o decoder.lm=PATH" in lacking.stderr
+        assert json.loads((run / "config.json").read_text())["train"]["decoder"] == "beam"
 
 
 def test_runs_without_a_decoder_section_load_with_the_defaults(tmp_path, make_plugins):
