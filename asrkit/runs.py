@@ -26,15 +26,9 @@ from typing import Any
 from asrkit.data.manifest import DATASET_JSON, load_dataset_json, write_json
 from asrkit.decoders import decoder_config, try_decoder
 from asrkit.errors import AsrkitError
+from asrkit.settings import from_dict, override, to_dict
 from asrkit.text import Alphabet
-from asrkit.train.config import (
-    TrainConfig,
-    check_names,
-    from_dict,
-    override,
-    split_overrides,
-    to_dict,
-)
+from asrkit.train.config import TrainConfig, check_names, split_overrides
 
 
 def resolve_dataset(name: str) -> Path:
