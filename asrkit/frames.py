@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asrkit.errors import AsrkitError
-from asrkit.types import SAMPLE_RATE, FeatureConfig
+from asrkit.types import SAMPLE_RATE
 
 #: What a feature configuration must declare, in this order.
 DECLARED = ("sample_rate", "window_ms", "step_ms")
@@ -77,10 +77,6 @@ class Framing:
     def frames(self, num_samples: Any) -> Any:
         """Feature frames of ``num_samples`` samples (a Python int or an integer tensor)."""
         return count_frames(num_samples, self.window, self.step)
-
-
-#: The framing of asrkit's own extractors (25 ms windows every 10 ms at 16 kHz).
-DEFAULT_FRAMING = Framing.of(FeatureConfig())
 
 
 def count_frames(num_samples: Any, window: int, step: int) -> Any:

@@ -169,8 +169,7 @@ class CheckpointRecognizer(Recognizer):
 
         run, model, state = load_run_model(folder, checkpoint)
         self.alphabet = run.alphabet
-        self.frame_seconds = frame_seconds(run.feature_config, run.spec,
-                                           run.model_config)
+        self.frame_seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
         self.default_decoder = run.train.decoder
         self.name = f"{run.folder} ({run.spec.name}, step {state.get('global_step', '?')})"
         self._model = model  # keeps the variables the function reads alive

@@ -92,7 +92,10 @@ def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
 
     An utterance with fewer output frames than labels cannot be aligned by CTC (TensorFlow
     returns a huge finite loss for it, whose gradient would wreck the weights): it is left out
-    of the loss and reported as infinite, so the loop names it.
+    of the loss and reported as infinite, so the loop names it. Its output frames are the
+    model's ``output_length`` of the extractor's frame count, which the extractor contract makes
+    :func:`asrkit.frames.output_frames` of its samples: the count the run's warning before the
+    first step (:func:`too_short`) and the import use.
     """
     import tensorflow as tf
 
