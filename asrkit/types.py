@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from asrkit.train.config import setting, validate
+
 if TYPE_CHECKING:
     import click
 
@@ -155,13 +157,56 @@ class Decoder(ABC):
         """Decode a batch of logits ``[batch, time, classes]`` with valid ``lengths``."""
 
 
+@dataclass(frozen=True)
+class FeatureConfig:
+    """What every feature extractor's ``Config`` declares: how it frames audio.
+
+    An extractor's ``Config`` subclasses this (adding its own settings, all with defaults), so
+    that the core can count frames without running it (:mod:`asrkit.frames`): the importer's
+    and the engine's check that a transcript fits its audio, the seconds a batch holds, word
+    times in transcripts, an export's ``frame_seconds``. Window and step are rounded half up to
+    whole samples.
+    """
+
+    #: The rate of the audio ``extract`` reads, in Hz; asrkit's audio is always 16 kHz.
+    sample_rate: int = setting(SAMPLE_RATE, min=1)
+    #: The analysis window, in milliseconds.
+    window_ms: float = setting(25.0, above=0)
+    #: The hop from one frame to the next, in milliseconds: the features' time resolution.
+    step_ms: float = setting(10.0, above=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
 class FeatureExtractor(ABC):
     """Computes features from 16 kHz audio inside the TensorFlow graph (``tf.signal``), so that
-    they run in ``tf.data`` and on the accelerator."""
+    they run in ``tf.data`` and on the accelerator.
+
+    The contract (``asrkit.testing.features.check_extractor`` checks it):
+
+    - ``Config`` is a frozen dataclass subclassing :class:`FeatureConfig`: every setting has a
+      default, and ``sample_rate``, ``window_ms`` and ``step_ms`` say how audio is framed (the
+      core reads those three; a ``Config`` without them is a one-line error at ``train``).
+    - ``extract(audio, config)`` takes float32 audio ``[samples]`` in [-1, 1] (``samples >= 1``)
+      and returns float32 ``[frames, num_features(config)]``, finite, with
+      ``frames = asrkit.frames.Framing.of(config).frames(samples)``: one frame for anything up
+      to a window, else ``1 + ceil((samples - window) / step)`` (the last frame zero-padded).
+      Per-utterance normalisation, if any, is part of it.
+    - ``extract_batch(audio, lengths, config)`` takes a zero-padded batch ``[batch, samples]``
+      with the valid ``lengths`` and returns ``(features [batch, frames, num_features],
+      frame_lengths [batch])``: each utterance's first ``frame_lengths[i]`` frames equal
+      ``extract`` of its own samples alone (whatever the padding), ``frames`` is the largest
+      length, and frames past an utterance's end are zero. The default runs ``extract`` on each
+      utterance; an extractor overrides it when it can do the batch at once.
+
+    Both run inside ``tf.data`` and ``tf.function``: TensorFlow operations only, shapes that may
+    be unknown until run time, and no Python side effects.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
-    Config: ClassVar[type]
+    Config: ClassVar[type[FeatureConfig]]
 
     @abstractmethod
     def num_features(self, config: Any) -> int:
@@ -169,7 +214,34 @@ class FeatureExtractor(ABC):
 
     @abstractmethod
     def extract(self, audio: Any, config: Any) -> Any:
-        """Features ``[frames, num_features]`` of float32 audio ``[samples]`` in [-1, 1]."""
+        """Features ``[frames, num_features]`` float32 of float32 audio ``[samples]`` in
+        [-1, 1]; ``frames`` as the config's framing counts them (see the class docstring)."""
+
+    def num_frames(self, num_samples: Any, config: Any) -> Any:
+        """Frames out for ``num_samples`` samples in (a Python int or an integer tensor)."""
+        from asrkit.frames import Framing
+
+        return Framing.of(config).frames(num_samples)
+
+    def extract_batch(self, audio: Any, lengths: Any, config: Any) -> tuple[Any, Any]:
+        """Features of a zero-padded batch ``[batch, samples]`` with ``lengths`` (samples):
+        ``([batch, frames, num_features], frame_lengths [batch])``, each utterance's frames
+        as ``extract`` gives them alone, zeros past its end."""
+        import tensorflow as tf
+
+        audio = tf.convert_to_tensor(audio, tf.float32)
+        lengths = tf.cast(lengths, tf.int32)
+        frame_lengths = self.num_frames(lengths, config)
+        frames = tf.reduce_max(frame_lengths)
+        width = self.num_features(config)
+
+        def one(index: Any) -> Any:
+            features = tf.cast(self.extract(audio[index, : lengths[index]], config), tf.float32)
+            return tf.pad(features, [[0, frames - tf.shape(features)[0]], [0, 0]])
+
+        features = tf.map_fn(one, tf.range(tf.shape(audio)[0]),
+                             fn_output_signature=tf.TensorSpec([None, width], tf.float32))
+        return features, frame_lengths
 
 
 #: What each ``register_*`` hook accepts, by registry kind.

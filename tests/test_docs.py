@@ -65,7 +65,7 @@ def test_cli_reference_covers_the_commands():
 def tutorial_files() -> dict[str, str]:
     text = (DOCS / "writing-a-plugin.md").read_text()
     blocks = re.findall(r"^```\w+ file=(\S+)\n(.*?)^```", text, re.S | re.M)
-    return dict(blocks)
+    return {name: content for name, content in blocks if name.startswith("asrkit-importer-foo/")}
 
 
 def test_tutorial_plugin_installs_and_passes_its_tests(tmp_path):

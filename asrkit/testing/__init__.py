@@ -37,6 +37,7 @@ import pytest
 
 from asrkit.plugins import PluginSet, set_plugins
 from asrkit.registry import Provider
+from asrkit.testing.features import check_extractor  # noqa: F401 (for extractor authors)
 
 
 @dataclass
