@@ -65,8 +65,6 @@ VERIFY_TOLERANCE = 1e-3
 #: Seconds of the synthetic signal an export is verified on (long enough for a few hundred
 #: frames, short enough to cost well under a second).
 VERIFY_SECONDS = 1.5
-#: ``output_length`` is evaluated at this many frames to find the model's time subsampling.
-_SUBSAMPLING_PROBE = 1000
 
 
 class ExportError(AsrkitError):
@@ -82,8 +80,7 @@ def frame_seconds(run: Run) -> float:
     from asrkit.features import frame_geometry
 
     _, step = frame_geometry(run.feature_config)
-    out = int(run.spec.output_length(run.model_config, _SUBSAMPLING_PROBE))
-    return step / run.feature_config.sample_rate * (_SUBSAMPLING_PROBE / max(1, out))
+    return step / run.feature_config.sample_rate * run.spec.time_stride(run.model_config)
 
 
 def make_logits_fn(run: Run, model: Any) -> Callable[[Any], Any]:
