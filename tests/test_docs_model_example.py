@@ -89,7 +89,7 @@ def test_hooks_model_example_keeps_the_contract():
     """The example in docs/hooks.md once built a one-input model, which the engine's
     ``model((features, lengths))`` call broke on."""
     namespace: dict = {}
-    exec(compile(hooks_model_example(), "docs/hooks.md", "exec"), namespace)  # noqa: S102
+    exec(compile(hooks_model_example(), "docs/hooks.md", "exec"), namespace)
     spec = namespace["TinyModel"]()
     config = spec.Config(units=8)
     assert check_output_lengths(spec, config, 26) == 1

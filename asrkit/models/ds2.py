@@ -12,8 +12,8 @@ the input's padded frames and every convolution's outputs past the utterance's (
 length are zeroed, the convolutions pad time by half their kernel each side whatever the batch's
 length, batch normalisation takes its training statistics over valid frames only, and the GRUs
 read each utterance within its length. The weights are those of the earlier ``"same"``-padded
-version (same names and shapes), so its checkpoints load; for a batch of odd length its
-alignment was this one, for an even one it was a frame earlier.
+version (same names and shapes), so its checkpoints load; its alignment was this one for some
+padded lengths (odd ones at stride 2) and a frame earlier for the others.
 """
 
 from __future__ import annotations
@@ -116,17 +116,18 @@ class DS2(ModelSpec):
 
             def call(self, inputs: Any, training: bool = False) -> Any:
                 features, lengths = inputs
-                x = features[:, :, :, None]
-                x = x * tf.sequence_mask(lengths, tf.shape(x)[1], x.dtype)[:, :, None, None]
+                # expand_dims, not [..., None]: TFLite's built-in StridedSlice has no new axes.
+                mask = tf.sequence_mask(lengths, tf.shape(features)[1], features.dtype)
+                x = tf.expand_dims(features * tf.expand_dims(mask, -1), -1)
                 convs = ((self.conv1, self.bn1, CONV1_KERNEL), (self.conv2, self.bn2, CONV2_KERNEL))
                 for (conv, norm, kernel), stride in zip(convs, strides, strict=True):
                     x = conv(tf.pad(x, conv_padding(kernel, int(x.shape[2]))))
                     lengths = (lengths + stride - 1) // stride
                     valid = tf.sequence_mask(lengths, tf.shape(x)[1])
                     # Batch statistics of the valid frames only; padding zeroed after.
-                    valid = tf.broadcast_to(valid[:, :, None], tf.shape(x)[:3])
+                    valid = tf.broadcast_to(tf.expand_dims(valid, -1), tf.shape(x)[:3])
                     x = clipped_relu(norm(x, training=training, mask=valid), config.relu_clip)
-                    x = x * tf.cast(valid, x.dtype)[:, :, :, None]
+                    x = x * tf.expand_dims(tf.cast(valid, x.dtype), -1)
                 shape = tf.shape(x)
                 x = tf.reshape(x, [shape[0], shape[1], x.shape[2] * x.shape[3]])
                 for rnn in self.rnns:
