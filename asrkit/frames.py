@@ -26,8 +26,6 @@ from asrkit.types import SAMPLE_RATE
 
 #: What a feature configuration must declare, in this order.
 DECLARED = ("sample_rate", "window_ms", "step_ms")
-#: ``output_length`` is evaluated at this many frames to find a model's time stride.
-_STRIDE_PROBE = 1000
 
 
 class FeatureError(AsrkitError):
@@ -113,17 +111,11 @@ def fits(num_samples: int, num_labels: int, feature_config: Any, spec: Any = Non
     return int(output_frames(num_samples, feature_config, spec, model_config)) >= num_labels
 
 
-def time_stride(spec: Any, model_config: Any) -> float:
-    """Feature frames per output frame of a model (1 unless it subsamples time)."""
-    out = int(spec.output_length(model_config, _STRIDE_PROBE))
-    return _STRIDE_PROBE / max(1, out)
-
-
 def frame_seconds(feature_config: Any, spec: Any = None, model_config: Any = None) -> float:
     """Seconds per output frame: the feature step times the model's time stride (10 ms for
     ``brnn``, 20 ms for ``ds2``); per feature frame without ``spec``."""
     step = Framing.of(feature_config).step_seconds
-    return step if spec is None else step * time_stride(spec, model_config)
+    return step if spec is None else step * spec.time_stride(model_config)
 
 
 def check_sample_rate(feature_config: Any, what: str) -> None:

@@ -15,7 +15,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from asrkit.train.config import setting, validate
 
@@ -118,12 +118,39 @@ class Importer(ABC):
         return text
 
 
+class AcousticModel(Protocol):
+    """What :meth:`ModelSpec.build` returns: a ``keras.Model`` (checkpoints track its
+    variables, exports read them), called by the engine, ``asrkit evaluate``, ``asrkit
+    transcribe`` and ``asrkit export`` exactly as::
+
+        logits = model((features, lengths), training=training)
+
+    - ``features``: float32 ``[batch, time, num_features]``, the utterances padded to the
+      batch's longest. Frames at or past an utterance's length may hold anything (zeros from
+      the pipeline, noise in the contract checks): the model must not let them reach that
+      utterance's logits, so that its logits alone (``asrkit transcribe``) and in any padded
+      batch (``asrkit evaluate``, training) are the same.
+    - ``lengths``: int32 ``[batch]``, each utterance's frames (at least 1).
+    - ``training``: a Python bool; dropout and batch statistics only when true.
+    - ``logits``: ``[batch, time', num_classes]`` with ``time' = output_length(time)``, float32
+      (float16 under mixed precision; callers cast), unnormalised (CTC applies the softmax).
+      Utterance ``i``'s valid logits are its first ``output_length(lengths[i])`` frames; the
+      rest are ignored.
+
+    The logits' lengths are not returned: callers compute them with
+    :meth:`ModelSpec.output_length`. ``asrkit.testing.check_model`` checks all of this.
+    """
+
+    def __call__(self, inputs: tuple[Any, Any], training: bool = False) -> Any: ...
+
+
 class ModelSpec(ABC):
     """A network architecture trainable with ``asrkit train --model <name>``.
 
     ``Config`` is a frozen dataclass holding every hyperparameter with its default.
-    ``build`` returns a Keras model from padded features ``[batch, time, features]`` to logits
-    ``[batch, time', classes]``; ``output_length`` maps ``time`` to ``time'``.
+    ``build(config, num_features, num_classes)`` returns an :class:`AcousticModel` (the call
+    contract is there); ``time_stride(config)`` declares how many input frames make one logit
+    frame, from which ``output_length`` follows.
     """
 
     name: ClassVar[str]
@@ -138,12 +165,21 @@ class ModelSpec(ABC):
     presets: ClassVar[dict[str, dict[str, str]]] = {}
 
     @abstractmethod
-    def build(self, config: Any, num_features: int, num_classes: int) -> Any:
-        """Return an uncompiled Keras model."""
+    def build(self, config: Any, num_features: int, num_classes: int) -> AcousticModel:
+        """Return an uncompiled Keras model with its variables created, keeping the
+        :class:`AcousticModel` contract; ``num_classes`` includes the blank (the last)."""
+
+    def time_stride(self, config: Any) -> int:
+        """Input frames per logit frame (the model's subsampling of time): 1 unless the model
+        subsamples. Exports derive seconds per logit frame from it."""
+        return 1
 
     def output_length(self, config: Any, length: Any) -> Any:
-        """Frames out for ``length`` frames in; identity unless the model subsamples time."""
-        return length
+        """Logit frames for ``length`` feature frames (a Python int or an int32 tensor):
+        ``ceil(length / time_stride)``, the CTC lengths of training and evaluation. A model
+        declares its ``time_stride`` and produces that many frames; it does not override this."""
+        stride = self.time_stride(config)
+        return length if stride == 1 else (length + stride - 1) // stride
 
 
 class Decoder(ABC):
