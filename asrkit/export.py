@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from asrkit import outputs
 from asrkit.errors import AsrkitError
+from asrkit.frames import check_sample_rate, frame_seconds
 from asrkit.types import SAMPLE_RATE
 
 if TYPE_CHECKING:
@@ -65,8 +66,6 @@ VERIFY_TOLERANCE = 1e-3
 #: Seconds of the synthetic signal an export is verified on (long enough for a few hundred
 #: frames, short enough to cost well under a second).
 VERIFY_SECONDS = 1.5
-#: ``output_length`` is evaluated at this many frames to find the model's time subsampling.
-_SUBSAMPLING_PROBE = 1000
 
 
 class ExportError(AsrkitError):
@@ -74,16 +73,6 @@ class ExportError(AsrkitError):
 
 
 # -- a run's model ------------------------------------------------------------------------------
-
-
-def frame_seconds(run: Run) -> float:
-    """Seconds per output frame: the feature step times the model's time subsampling (10 ms for
-    ``brnn``, 20 ms for ``ds2``). Word times are measured in these frames."""
-    from asrkit.features import frame_geometry
-
-    _, step = frame_geometry(run.feature_config)
-    out = int(run.spec.output_length(run.model_config, _SUBSAMPLING_PROBE))
-    return step / run.feature_config.sample_rate * (_SUBSAMPLING_PROBE / max(1, out))
 
 
 def make_logits_fn(run: Run, model: Any) -> Callable[[Any], Any]:
@@ -100,9 +89,7 @@ def make_logits_fn(run: Run, model: Any) -> Callable[[Any], Any]:
     extractor, feature_config = run.extractor, run.feature_config
     context = run.pipeline.context
     spec, model_config = run.spec, run.model_config
-    if feature_config.sample_rate != SAMPLE_RATE:
-        raise ExportError(f"{run.folder}: features at {feature_config.sample_rate} Hz; asrkit "
-                          f"decodes audio to {SAMPLE_RATE} Hz")
+    check_sample_rate(feature_config, str(run.folder))
 
     def logits_fn(audio: Any) -> Any:
         features = tf.cast(extractor.extract(audio, feature_config), tf.float32)
@@ -148,14 +135,16 @@ def serving_module(run: Run, model: Any, with_text: bool = True) -> tf.Module:
         # TFLite each signature traces its own copy.)
         logits_fn = tf.function(logits_fn, input_signature=float_pcm)
 
+    seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
+
     class Serving(tf.Module):
         def __init__(self) -> None:
             super().__init__(name="asrkit_serving")
             self.model_variables = [getattr(v, "value", v) for v in model.variables]
             # Readable without asrkit: loaded.alphabet.numpy(), loaded.frame_seconds.numpy().
             self.alphabet = tf.Variable(list(alphabet.symbols), trainable=False, name="alphabet")
-            self.frame_seconds = tf.Variable(frame_seconds(run), trainable=False,
-                                             dtype=tf.float32, name="frame_seconds")
+            self.frame_seconds = tf.Variable(seconds, trainable=False, dtype=tf.float32,
+                                             name="frame_seconds")
             self.sample_rate = tf.Variable(SAMPLE_RATE, trainable=False, name="sample_rate")
             self._symbols = tf.constant(list(alphabet.symbols))
 
@@ -296,7 +285,7 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
         "global_step": state.get("global_step"),
         "decoder": run.train.decoder,
         "sample_rate": SAMPLE_RATE,
-        "frame_seconds": frame_seconds(run),
+        "frame_seconds": frame_seconds(run.feature_config, run.spec, run.model_config),
         "alphabet": list(run.alphabet.symbols),
         "blank": run.alphabet.blank,
         "file": TFLITE_FILE if fmt == "tflite" else "saved_model.pb",

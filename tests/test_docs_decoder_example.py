@@ -6,28 +6,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import ROOT, pip_install, run_asrkit
+from tests.conftest import pip_install, run_asrkit
+from tests.test_docs import tutorial_files
 
-PAGE = ROOT / "docs" / "writing-a-plugin.md"
 PLUGIN = "asrkit-decoder-lexicon"
-
-
-def example_files() -> dict[str, str]:
-    """The files of the decoder example: code blocks marked ```LANG example=PATH."""
-    text = PAGE.read_text()
-    section = text[text.index("## A decoder plugin"):]
-    return dict(re.findall(r"^```\w+ example=(\S+)\n(.*?)^```", section, re.S | re.M))
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    files = example_files()
+    files = tutorial_files(PLUGIN)
     assert set(files) == {f"{PLUGIN}/pyproject.toml",
                           f"{PLUGIN}/asrkit_decoder_lexicon/__init__.py",
                           f"{PLUGIN}/tests/test_lexicon.py"}
@@ -68,7 +60,7 @@ def test_evaluate_decodes_with_the_example_plugin_and_its_settings(site, dataset
                                                                    asrkit_cli):
     """In this process (TensorFlow loads once), with the plugin found through its installed
     entry point, as ``asrkit`` finds it."""
-    from tests.test_transcribe import make_tiny_run
+    from asrkit.testing import make_tiny_run
 
     monkeypatch.syspath_prepend(str(site / "site"))
     monkeypatch.setenv("ASRKIT_HOME", str(datasets))

@@ -46,6 +46,9 @@ class TrainConfig:
     """How to train. Optimiser defaults are the Deep Speech notebook's."""
 
     model: str = "brnn"
+    #: The registered feature extractor the model reads; "" = the model's own
+    #: (``ModelSpec.features``). A run records the one it uses.
+    features: str = ""
     dataset: str = "sample"
     epochs: int = setting(10, min=0)
     #: Utterances per batch per device ("tower"); the global batch is this times the devices.
@@ -111,7 +114,7 @@ def check_names(train: TrainConfig) -> None:
     from asrkit import plugins
 
     spec = plugins.get("model", train.model)
-    plugins.get("feature", getattr(train, "features", "") or spec.features)
+    plugins.get("feature", train.features or spec.features)
     plugins.get("decoder", train.decoder)
 
 
