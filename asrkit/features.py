@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from asrkit import hookimpl
 from asrkit.frames import FeatureError, count_frames, frame_geometry
 from asrkit.hookspecs import Register
-from asrkit.train.config import setting, validate
+from asrkit.settings import setting, validate
 from asrkit.types import FeatureConfig, FeatureExtractor
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from asrkit.train.config import setting, validate
+from asrkit.settings import setting, validate
 
 if TYPE_CHECKING:
     import click
@@ -238,7 +238,6 @@ class Decoder(ABC):
         import dataclasses
 
         from asrkit.errors import AsrkitError
-        from asrkit.settings import validate
 
         base = self._checked(self.config if config is None else config)
         known = {f.name for f in dataclasses.fields(self.Config)}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from asrkit import hookimpl
-from asrkit.train.config import setting, validate
+from asrkit.settings import setting, validate
 from asrkit.types import ModelSpec
 
 

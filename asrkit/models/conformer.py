@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
-from asrkit.train.config import setting, validate
+from asrkit.settings import setting, validate
 from asrkit.types import ModelSpec
 
 
