@@ -81,8 +81,13 @@ def write_onnx(run: Run, model: Any, folder: Path) -> None:
     :class:`OnnxExportError` naming the operations tf2onnx could not convert when onnxruntime
     cannot load the result (tf2onnx logs a failed operation and carries on)."""
     import tensorflow as tf
-    import tf2onnx
 
+    try:
+        import onnxruntime  # noqa: F401  (needed to verify the export)
+        import tf2onnx
+    except ImportError as error:
+        raise OnnxExportError(f"the ONNX export needs tf2onnx and onnxruntime ({error}): "
+                              "pip install tf2onnx onnxruntime") from None
     function = onnx_function(run, model)
     path = folder / ONNX_FILE
     with _tf2onnx_errors() as errors:

@@ -344,8 +344,10 @@ class Watcher:
 
     def _best_value(self) -> float | None:
         try:
-            saved = json.loads(self.best_pointer.read_text())
-            return float(saved["state"]["watch"]["value"])
+            watch = json.loads(self.best_pointer.read_text())["state"]["watch"]
+            if (watch["decoder"], watch["split"]) != (self.label, self.splits[0]):
+                return None  # another decoder's or split's best: not comparable; replaced
+            return float(watch["value"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
