@@ -389,12 +389,14 @@ class Watcher:
         with folder_lock(self.watch, "watch", "one watcher per run: wait for it to end"):
             for staging in self.pending.glob(f"{STAGING}*"):  # a killed watcher's
                 shutil.rmtree(staging, ignore_errors=True)
-            self._setup_scoring()
-            self.echo(f"watching {self.folder}: scoring every checkpoint on "
-                      f"{', '.join(self.splits)} with the {self.label} decoder")
+            # Snapshots first: loading TensorFlow and the model takes seconds, in which a
+            # training may write (and delete) checkpoints.
             thread = threading.Thread(target=self._snapshot_loop, name="asrkit-watch",
                                       daemon=True)
             thread.start()
+            self._setup_scoring()
+            self.echo(f"watching {self.folder}: scoring every checkpoint on "
+                      f"{', '.join(self.splits)} with the {self.label} decoder")
             count = 0
             while True:
                 finished = self.done.is_set()  # before listing: every snapshot is there
@@ -409,8 +411,8 @@ class Watcher:
                     break
                 self.done.wait(POLL_SECONDS)
             thread.join()
-        self.echo(f"the training has finished; {count} checkpoints scored in this watch "
-                  f"(results: {self.folder / EVALUATIONS})")
+        self.echo(f"the training has finished; {count} checkpoint{'' if count == 1 else 's'} "
+                  f"scored in this watch (results: {self.folder / EVALUATIONS})")
         return count
 
 

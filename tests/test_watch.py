@@ -102,7 +102,7 @@ def test_a_watcher_beside_a_training_scores_every_checkpoint_once(home, asrkit_c
     result = asrkit_cli(["evaluate", run, "--watch", "--split", "dev", "--split", "test",
                          "--no-progress"])
     assert result.exit_code == 0, result.stderr[-2000:]
-    assert "1 checkpoints scored" in result.stdout
+    assert "1 checkpoint scored" in result.stdout
     again = records(run)
     assert again[:-1] == scored[:-1]
     assert (again[-1]["step"], again[-1]["split"]) == (8, "test")
@@ -139,3 +139,8 @@ def test_a_checkpoint_deleted_before_the_watcher_reads_it_is_skipped(tmp_path):
     snapshot = watcher.snapshot(latest["folder"], latest["state"])
     assert snapshot is not None and snapshot.step == 9
     assert (snapshot.folder / "ckpt.index").stat().st_nlink >= 2  # a hard link, not a copy
+    # Killed before scoring it, the next watcher finds the snapshot, even once the training
+    # has deleted the checkpoint itself.
+    checkpoints.save("latest", 10, {"global_step": 10})
+    assert not (folder / "checkpoints" / latest["folder"]).exists()
+    assert [s.step for s in Watcher(folder, ["dev"])._pending()] == [9]
