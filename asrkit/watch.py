@@ -31,9 +31,9 @@ scores the snapshots a previous one left and skips every (step, split, decoder) 
 ``evaluations.jsonl`` already has.
 
 The watcher ends by itself when no training holds the run's lock (:mod:`asrkit.locks`), the
-latest checkpoint's state says the training finished (``finished``, with its ``stop_reason``),
-and that checkpoint is scored. A training that stopped without finishing (killed) may be resumed:
-the watcher says so and keeps waiting.
+latest checkpoint's state says the training finished (``finished``, with a ``stop_reason`` other
+than ``interrupted``), and that checkpoint is scored. A training that stopped without finishing
+(Ctrl-C, or killed) may be resumed: the watcher says so and keeps waiting.
 """
 
 from __future__ import annotations
@@ -238,9 +238,9 @@ class Watcher:
             self._waiting("no training runs and there is no checkpoint yet; waiting for one")
             return False
         state = latest["state"]
-        if not state.get("finished"):
+        if not state.get("finished") or state.get("stop_reason") == "interrupted":
             self._waiting(f"the training stopped at step {state.get('global_step')} without "
-                          "finishing (killed?); waiting for it to be resumed")
+                          "finishing (interrupted or killed); waiting for it to be resumed")
             return False
         return int(state.get("global_step", -1)) in self.taken | self.scored
 
