@@ -1,4 +1,5 @@
-"""Exporting a trained run as a self-contained model: SavedModel or TFLite, features inside.
+"""Exporting a trained run as a self-contained model: SavedModel, TFLite or ONNX (the last in
+:mod:`asrkit.export_onnx`), features inside.
 
 A served model should take what a microphone or a WAV file gives, not asrkit's features, so an
 export holds the whole path from raw 16 kHz mono PCM to logits and to greedy text::
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 
     from asrkit.runs import Run
 
-FORMATS = ("savedmodel", "tflite")
+FORMATS = ("savedmodel", "tflite", "onnx")
 #: The export's description, beside the model.
 METADATA_FILE = "asrkit.json"
 TFLITE_FILE = "model.tflite"
@@ -208,8 +209,12 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         module = serving_module(run, model, with_text=True)
         if fmt == "savedmodel":
             _save(module, staging)
-        else:
+        elif fmt == "tflite":
             _write_tflite(run, model, staging)
+        else:
+            from asrkit.export_onnx import write_onnx
+
+            write_onnx(run, model, staging)
         meta = _metadata(run, fmt, checkpoint, state)
         run.alphabet.save(staging / "alphabet.txt")
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -275,7 +280,7 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
     from asrkit import __version__
 
     signatures = ["logits", "transcribe", "logits_int16", "transcribe_int16"]
-    return {
+    meta = {
         "format": fmt,
         "asrkit_version": __version__,
         "model": run.spec.name,
@@ -294,6 +299,11 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
                     "transcribe": ["labels", "characters"] + (["text"] if fmt == "savedmodel"
                                                               else [])},
     }
+    if fmt == "onnx":
+        from asrkit.export_onnx import metadata
+
+        meta.update(metadata())
+    return meta
 
 
 def verification_audio(seconds: float = VERIFY_SECONDS) -> np.ndarray:
@@ -329,11 +339,11 @@ def verify_export(folder: Path, module: Any) -> float:
 
 
 def is_export(path: str | Path) -> bool:
-    """Whether ``path`` is an asrkit export folder (or a ``.tflite`` file)."""
+    """Whether ``path`` is an asrkit export folder (or a ``.tflite`` or ``.onnx`` file)."""
     path = Path(path)
     if path.is_file():
-        return path.suffix == ".tflite"
-    return (path / "saved_model.pb").exists() or (path / TFLITE_FILE).exists()
+        return path.suffix in (".tflite", ".onnx")
+    return any((path / name).exists() for name in ("saved_model.pb", TFLITE_FILE, "model.onnx"))
 
 
 def tflite_interpreter(path: str | Path, num_threads: int | None = None) -> Any:
@@ -366,7 +376,13 @@ class ExportedModel:
         self.metadata: dict[str, Any] = (json.loads(meta_file.read_text())
                                          if meta_file.exists() else {})
         self.path = path
-        if path.is_file() or not (folder / "saved_model.pb").exists():
+        onnx_file = path if path.is_file() else folder / "model.onnx"
+        if onnx_file.suffix == ".onnx" and onnx_file.is_file():
+            from asrkit.export_onnx import OnnxModel
+
+            self.format = "onnx"
+            self._onnx = OnnxModel(onnx_file, self.metadata.get("alphabet"))
+        elif path.is_file() or not (folder / "saved_model.pb").exists():
             model_file = path if path.is_file() else folder / TFLITE_FILE
             self.format = "tflite"
             self._interpreter = tflite_interpreter(model_file)
@@ -389,6 +405,8 @@ class ExportedModel:
         import numpy as np
 
         audio = np.ascontiguousarray(audio, dtype=np.float32)
+        if self.format == "onnx":
+            return self._onnx.run(signature, audio)
         if self.format == "tflite":
             runner = self._runners.get(signature)
             if runner is None:

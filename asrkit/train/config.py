@@ -89,7 +89,8 @@ class TrainConfig:
     worker_timeout: float = setting(300.0, above=0)
     train_split: str = "train"
     dev_split: str = "dev"
-    #: Evaluate on the dev split after each epoch.
+    #: Evaluate on the dev split (every epoch end, the cadence below, the stop); false when
+    #: ``asrkit evaluate --watch`` scores the checkpoints in another process.
     evaluate_dev: bool = True
     decoder: str = "greedy"
     #: Stop with an error after this many consecutive batches with a non-finite loss.
