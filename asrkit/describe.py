@@ -120,7 +120,7 @@ def ordered(splits: Any) -> list[str]:
 
 def describe_dataset(dataset: Path) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """The description of a dataset, and its rows by split (for plots)."""
-    from asrkit.data.manifest import load_dataset_json
+    from asrkit.datasets import load_dataset_json
 
     info = load_dataset_json(dataset)
     rows = {split: split_rows(dataset, split) for split in dataset_splits(dataset, info)}

@@ -17,14 +17,14 @@ exported or compared later.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from asrkit.data.manifest import DATASET_JSON, load_dataset_json, write_json
+from asrkit.datasets import resolve_dataset
 from asrkit.errors import AsrkitError
+from asrkit.files import write_json
 from asrkit.text import Alphabet
 from asrkit.train.config import (
     TrainConfig,
@@ -34,21 +34,6 @@ from asrkit.train.config import (
     split_overrides,
     to_dict,
 )
-
-
-def resolve_dataset(name: str) -> Path:
-    """A dataset given by folder or by name (``$ASRKIT_HOME/datasets/<name>``); a damaged
-    ``dataset.json`` is an error, since it means the import did not end well."""
-    from asrkit.data.importing import asrkit_home
-
-    for candidate in (Path(name), asrkit_home() / "datasets" / name):
-        if (candidate / DATASET_JSON).exists():
-            load_dataset_json(candidate)
-            return candidate
-    raise AsrkitError(
-        f"no imported dataset {name!r} (looked in ./{name} and {asrkit_home() / 'datasets'}); "
-        f"import it first, e.g. `asrkit import {name}`"
-    )
 
 
 @dataclass
@@ -231,13 +216,6 @@ def load_run(folder: str | Path) -> Run:
         from_dict(PipelineConfig, saved["pipeline"]),
         Alphabet.load(folder / "alphabet.txt"),
     )
-
-
-def append_metrics(folder: Path, record: dict[str, Any]) -> None:
-    with open(folder / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:

@@ -42,9 +42,10 @@ from asrkit.data.convert import (
     convert_member,
     die_with_parent,
 )
-from asrkit.data.import_cli import DEFAULT_MAX_SECONDS
-from asrkit.data.manifest import DATASET_JSON, Row, csv_text, write_atomic, write_json
+from asrkit.data.manifest import Row, csv_text
+from asrkit.datasets import DATASET_JSON, DEFAULT_MAX_SECONDS, asrkit_home
 from asrkit.errors import AsrkitError
+from asrkit.files import write_atomic, write_json
 from asrkit.text import Alphabet, normalize, quote, recording_decodings
 from asrkit.types import DATASET_NAME, SAMPLE_RATE, Importer, Resource, Utterance
 
@@ -56,11 +57,6 @@ JOURNAL = "journal.jsonl"
 SHARD_BYTES = 64 << 20
 MIN_SHARDS = 4
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def asrkit_home() -> Path:
-    """Where datasets and downloads live: ``$ASRKIT_HOME``, else ``~/.asrkit``."""
-    return Path(os.environ.get("ASRKIT_HOME") or Path.home() / ".asrkit")
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from asrkit.data.manifest import sync_folder, write_durable
 from asrkit.errors import AsrkitError
+from asrkit.files import sync_folder, write_durable
 
 KINDS = ("latest", "best")
 
@@ -201,3 +201,11 @@ def untracked_weights(model: Any) -> list[str]:
     seen = {id(obj) for obj in tf.train.TrackableView(model).descendants()}
     return [weight.path for weight in model.weights
             if id(weight) not in seen and id(getattr(weight, "value", weight)) not in seen]
+
+
+def append_metrics(folder: Path, record: dict[str, Any]) -> None:
+    """Append ``record`` to the run's ``metrics.jsonl``, on disk before the next step."""
+    with open(folder / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
