@@ -208,11 +208,22 @@ def load_run(folder: str | Path) -> Run:
     train = from_dict(TrainConfig, saved["train"])
     spec = plugins.get("model", train.model)
     extractor = plugins.get("feature", spec.features)
+    configs = []
+    for kind, name, config, values in (("model", train.model, spec.Config, saved["model"]),
+                                       ("feature", spec.features, extractor.Config,
+                                        saved["features"])):
+        try:
+            configs.append(from_dict(config, values))
+        except AsrkitError:
+            changed = plugin_change(folder, kind, name)
+            if changed is None:
+                raise
+            raise AsrkitError(changed.message(folder, "the settings in its config.json")
+                              ) from None
     return Run(
         folder,
         train,
-        from_dict(spec.Config, saved["model"]),
-        from_dict(extractor.Config, saved["features"]),
+        *configs,
         from_dict(PipelineConfig, saved["pipeline"]),
         Alphabet.load(folder / "alphabet.txt"),
     )
@@ -221,13 +232,69 @@ def load_run(folder: str | Path) -> Run:
 def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:
     """A saved run, its model with the ``checkpoint`` weights (``best`` or ``latest``; the other
     when that one is missing or damaged), and
-    that checkpoint's state: what evaluation, transcription and export all start from."""
+    that checkpoint's state: what evaluation, transcription and export all start from.
+
+    Every weight of the model must come from the checkpoint. When they do not match and the
+    run was made with another version of the model's plugin (``plugins.json``), the error says
+    so and which version to install: a plugin that changed its architecture is the likely cause,
+    not a damaged run."""
     from asrkit.train.checkpoints import Checkpoints
 
     run = load_run(folder)
     model = run.spec.build(run.model_config, run.extractor.num_features(run.feature_config),
                            run.alphabet.num_classes)
-    state = Checkpoints(run.folder / "checkpoints", model=model).restore(checkpoint)
+    try:
+        state = Checkpoints(run.folder / "checkpoints", model=model).restore(checkpoint,
+                                                                            complete=True)
+    except AsrkitError:
+        changed = plugin_change(run.folder, "model", run.train.model)
+        if changed is None:
+            raise
+        raise AsrkitError(changed.message(run.folder, "its checkpoint")) from None
     if state is None:
         raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
     return run, model, state
+
+
+@dataclass(frozen=True)
+class PluginChange:
+    """The plugin that provided a run's component then, and the one installed now."""
+
+    kind: str
+    name: str
+    distribution: str
+    made_with: str
+    installed_distribution: str
+    installed: str
+
+    def message(self, folder: Path, what: str) -> str:
+        now = (self.installed if self.installed_distribution == self.distribution
+               else f"{self.installed_distribution} {self.installed}")
+        return (
+            f"{folder} was made with {self.kind} {self.name!r} of {self.distribution} "
+            f"{self.made_with}, and {now} is installed, whose {self.name!r} does not match "
+            f"{what}; install the version the run was made with "
+            f"(pip install '{self.distribution}=={self.made_with}') to use this run"
+        )
+
+
+def plugin_change(folder: Path, kind: str, name: str) -> PluginChange | None:
+    """How the plugin providing ``kind`` ``name`` differs from the one the run in ``folder``
+    was made with (``plugins.json``); ``None`` when it is the same version, or not known."""
+    from asrkit.plugins import get_plugins
+
+    try:
+        saved = json.loads((folder / "plugins.json").read_text(encoding="utf-8"))
+        then = next(plugin for plugin in saved["plugins"]
+                    if name in plugin.get("registered", {}).get(kind, []))
+        distribution, made_with = str(then["distribution"]), str(then["version"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, StopIteration):
+        return None
+    registration = get_plugins().registry.entries.get(kind, {}).get(name)
+    if registration is None:
+        return None
+    provider = registration.provider
+    if (provider.distribution, provider.version) == (distribution, made_with):
+        return None
+    return PluginChange(kind, name, distribution, made_with, provider.distribution,
+                        provider.version)
