@@ -62,10 +62,11 @@ def test_cli_reference_covers_the_commands():
             assert option in reference, f"docs/cli.md does not document {option}"
 
 
-def tutorial_files() -> dict[str, str]:
+def tutorial_files(package: str = "asrkit-importer-foo") -> dict[str, str]:
+    """The files of ``package`` shown in docs/writing-a-plugin.md (```lang file=NAME blocks)."""
     text = (DOCS / "writing-a-plugin.md").read_text()
     blocks = re.findall(r"^```\w+ file=(\S+)\n(.*?)^```", text, re.S | re.M)
-    return dict(blocks)
+    return {name: content for name, content in blocks if name.startswith(package + "/")}
 
 
 def test_tutorial_plugin_installs_and_passes_its_tests(tmp_path):
