@@ -188,7 +188,6 @@ def override_run(run: Run, overrides: list[str]) -> Run:
 
 def load_run(folder: str | Path) -> Run:
     """A saved run, with the same plugins' config classes."""
-    from asrkit import plugins
     from asrkit.data.pipeline import PipelineConfig
 
     folder = Path(folder)
@@ -206,8 +205,8 @@ def load_run(folder: str | Path) -> Run:
             "continued or evaluated without it: train again in a new --run-dir"
         ) from None
     train = from_dict(TrainConfig, saved["train"])
-    spec = plugins.get("model", train.model)
-    extractor = plugins.get("feature", spec.features)
+    spec = _installed(folder, "model", train.model)
+    extractor = _installed(folder, "feature", spec.features)
     configs = []
     for kind, name, config, values in (("model", train.model, spec.Config, saved["model"]),
                                        ("feature", spec.features, extractor.Config,
@@ -256,6 +255,20 @@ def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, A
     return run, model, state
 
 
+def _installed(folder: Path, kind: str, name: str) -> Any:
+    """The installed ``kind`` ``name``; when there is none, an error that names the plugin
+    and version the run in ``folder`` was made with."""
+    from asrkit import plugins
+
+    try:
+        return plugins.get(kind, name)
+    except AsrkitError:
+        missing = plugin_change(folder, kind, name)
+        if missing is None or missing.installed:
+            raise
+        raise AsrkitError(missing.message(folder)) from None
+
+
 @dataclass(frozen=True)
 class PluginChange:
     """The plugin that provided a run's component then, and the one installed now."""
@@ -267,7 +280,11 @@ class PluginChange:
     installed_distribution: str
     installed: str
 
-    def message(self, folder: Path, what: str) -> str:
+    def message(self, folder: Path, what: str = "") -> str:
+        if not self.installed:
+            return (f"{folder} was made with {self.kind} {self.name!r} of {self.distribution} "
+                    f"{self.made_with}, which is not installed; install it (pip install "
+                    f"'{self.distribution}=={self.made_with}') to use this run")
         now = (self.installed if self.installed_distribution == self.distribution
                else f"{self.installed_distribution} {self.installed}")
         return (
@@ -280,7 +297,8 @@ class PluginChange:
 
 def plugin_change(folder: Path, kind: str, name: str) -> PluginChange | None:
     """How the plugin providing ``kind`` ``name`` differs from the one the run in ``folder``
-    was made with (``plugins.json``); ``None`` when it is the same version, or not known."""
+    was made with (``plugins.json``; ``installed`` empty when none provides it now); ``None``
+    when it is the same version, or not known."""
     from asrkit.plugins import get_plugins
 
     try:
@@ -292,7 +310,7 @@ def plugin_change(folder: Path, kind: str, name: str) -> PluginChange | None:
         return None
     registration = get_plugins().registry.entries.get(kind, {}).get(name)
     if registration is None:
-        return None
+        return PluginChange(kind, name, distribution, made_with, "", "")
     provider = registration.provider
     if (provider.distribution, provider.version) == (distribution, made_with):
         return None

@@ -144,3 +144,12 @@ def test_changed_settings_name_the_versions(old_run, installed, monkeypatch):
     with pytest.raises(AsrkitError, match=r"made with model 'grow' of asrkit-model-grow 1\.0, "
                                           r"and 2\.0 is installed, .* config\.json"):
         load_run(old_run)
+
+
+def test_a_plugin_no_longer_installed_is_named(old_run, make_plugins, asrkit_cli):
+    plugins = make_plugins(entry_points=True)
+    result = asrkit_cli(["evaluate", old_run, "--no-progress"], plugins)
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"asrkit: error: {old_run} was made with model 'grow' of {DISTRIBUTION} 1.0, which is "
+        f"not installed; install it (pip install '{DISTRIBUTION}==1.0') to use this run\n")
