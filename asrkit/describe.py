@@ -388,7 +388,7 @@ def describe_command(target: str, plots_dir: Path | None, as_json: bool) -> None
     A dataset: hours, utterances and speakers per split, durations, characters, what the import
     skipped. A run: its settings, progress, best dev scores, report, parameters and FLOPs.
     """
-    from asrkit.runs import resolve_dataset
+    from asrkit.datasets import resolve_dataset
 
     if is_run(target):
         description, extra = describe_run(Path(target))
