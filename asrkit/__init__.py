@@ -1,6 +1,7 @@
 """asrkit: a plugin-based toolkit for training end-to-end speech recognisers on TensorFlow 2.
 
-The public plugin API is re-exported here so that a plugin needs only ``import asrkit``.
+The public API is :mod:`asrkit.api` (docs/api.md); ``hookimpl`` and ``AsrkitError`` are also
+here, for plugins written before it.
 Importing this package is cheap on purpose: TensorFlow is imported only by the functions that
 compute with it, so ``asrkit --help`` and ``asrkit plugins`` answer at once.
 """
