@@ -293,7 +293,7 @@ def analyze_model(model: Any, spec: Any, model_config: Any, feature_config: Any,
 def write_model_analysis(run_folder: str | Path, model: Any, spec: Any, model_config: Any,
                          feature_config: Any, extractor: Any) -> None:
     """Write ``model_analysis.txt`` (for people) and ``model_analysis.json`` into a run folder."""
-    from asrkit.data.manifest import write_atomic
+    from asrkit.files import write_atomic
 
     analysis = analyze_model(model, spec, model_config, feature_config, extractor)
     folder = Path(run_folder)

@@ -1,61 +1,124 @@
-"""asrkit's public API for plugins: what a plugin may import besides ``asrkit``, ``asrkit.types``,
-``asrkit.errors`` and ``asrkit.testing``. Everything else in asrkit may change without notice.
+"""asrkit's public API: everything a plugin (or a script) may import from asrkit, in one place.
 
-- settings: declaring (:func:`setting`), checking (:func:`validate`), parsing
-  (:func:`parse_value`, :func:`format_value`) and listing (:func:`describe`) a config dataclass;
-- decoders: the :class:`Decoder` contract, and the one CTC prefix beam search
-  (:class:`BeamSearchDecoder`, :class:`PrefixBeamSearch`) with its scorer interface
-  (:class:`WordScorer`): a language-model decoder is a scorer plugged into it;
-- text and datasets: the :class:`Alphabet`, transcript :func:`normalize`-ation, where imported
-  datasets live (:func:`asrkit_home`) and reading a split's manifest (:func:`read_csv`).
+A plugin imports from here (``from asrkit.api import Importer, AsrkitError``), from
+:mod:`asrkit.types` (the contracts, also re-exported here) and, in its tests, from
+:mod:`asrkit.testing`. Every other module of asrkit is private: it may change or move in any
+release without notice. ``tests/test_public_api.py`` checks that the bundled plugins and the
+examples in the docs keep to this, and that every name here is documented in ``docs/api.md``.
 
-Importing this module is cheap (no numpy, no TensorFlow): the beam search's numpy half and the
-dataset helpers are loaded when first asked for.
+Importing this module is cheap (no TensorFlow, no numpy), since plugin modules import it when
+asrkit loads them, before any command runs: the beam search's numpy half and the dataset readers
+are loaded when first asked for.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# -- Plugin hooks and errors -------------------------------------------------------------------
+from asrkit import __version__
+from asrkit.errors import AsrkitError
+from asrkit.hookspecs import hookimpl
+
+# isort: split
+# -- Contracts (asrkit.types) ------------------------------------------------------------------
+from asrkit.types import (
+    DATASET_NAME,
+    NAME_PATTERN,
+    SAMPLE_RATE,
+    AcousticModel,
+    Decoder,
+    FeatureConfig,
+    FeatureExtractor,
+    Importer,
+    ModelSpec,
+    NoSettings,
+    Resource,
+    Utterance,
+    safe_name,
+)
+
+# isort: split
+# -- Settings: the fields of a component's ``Config`` dataclass ----------------------------------
+from asrkit.settings import SettingInfo, describe, format_value, parse_value, setting, validate
+
+# isort: split
+# -- Features: frame geometry ------------------------------------------------------------------
+from asrkit.frames import Framing
+
+# isort: split
+# -- Text --------------------------------------------------------------------------------------
+from asrkit.text import Alphabet, decode_text, normalize, quote
+
+# isort: split
+# -- Datasets: where they are and what they hold -----------------------------------------------
+from asrkit.datasets import DATASET_JSON, asrkit_home, load_dataset_json, resolve_dataset
+
+# isort: split
+# -- Decoding: the one CTC prefix beam search and its scorer interface -------------------------
 from asrkit.decoders.beam import BeamConfig, BeamDecoder, BeamSearchDecoder
 from asrkit.decoders.scoring import Hypothesis, WordScorer
-from asrkit.settings import SettingInfo, describe, format_value, parse_value, setting, validate
-from asrkit.text import Alphabet, normalize
-from asrkit.types import Decoder, NoSettings
 
 if TYPE_CHECKING:
-    from asrkit.data.importing import asrkit_home
-    from asrkit.data.manifest import read_csv
+    from asrkit.data.manifest import Row, read_csv
+    from asrkit.data.shards import ShardRecord, read_records, shard_paths
     from asrkit.decoders.prefix import PrefixBeamSearch, log_softmax
 
 __all__ = [
+    "DATASET_JSON",
+    "DATASET_NAME",
+    "NAME_PATTERN",
+    "SAMPLE_RATE",
+    "AcousticModel",
     "Alphabet",
+    "AsrkitError",
     "BeamConfig",
     "BeamDecoder",
     "BeamSearchDecoder",
     "Decoder",
+    "FeatureConfig",
+    "FeatureExtractor",
+    "Framing",
     "Hypothesis",
+    "Importer",
+    "ModelSpec",
     "NoSettings",
     "PrefixBeamSearch",
+    "Resource",
+    "Row",
     "SettingInfo",
+    "ShardRecord",
+    "Utterance",
     "WordScorer",
+    "__version__",
     "asrkit_home",
+    "decode_text",
     "describe",
     "format_value",
+    "hookimpl",
+    "load_dataset_json",
     "log_softmax",
     "normalize",
     "parse_value",
+    "quote",
     "read_csv",
+    "read_records",
+    "resolve_dataset",
+    "safe_name",
     "setting",
+    "shard_paths",
     "validate",
 ]
 
-#: Names loaded on first use, and the module that defines each.
+#: Names loaded on first use (they bring numpy or TensorFlow), and the module defining each.
 _LAZY = {
     "PrefixBeamSearch": "asrkit.decoders.prefix",
     "log_softmax": "asrkit.decoders.prefix",
-    "asrkit_home": "asrkit.data.importing",
+    "Row": "asrkit.data.manifest",
     "read_csv": "asrkit.data.manifest",
+    "ShardRecord": "asrkit.data.shards",
+    "read_records": "asrkit.data.shards",
+    "shard_paths": "asrkit.data.shards",
 }
 
 

@@ -7,8 +7,8 @@ here is cheap; TensorFlow is loaded only by the commands that compute.
 Every error ends up here and is printed as one line, ``asrkit: error: ...``: usage errors (exit
 2) with a pointer to the command's help, anything else (exit 1) as the user can act on it: an
 :class:`AsrkitError`'s message, the operating system's complaint about a path, or the plugin
-whose code failed. ``-v``/``--verbose`` or ``ASRKIT_DEBUG=1`` adds the traceback. Ctrl-C is
-``asrkit: interrupted`` and exit 130.
+whose code failed. ``-v``/``--verbose`` or ``ASRKIT_DEBUG=1`` adds the traceback, and lets
+TensorFlow log as it does by default. Ctrl-C is ``asrkit: interrupted`` and exit 130.
 """
 
 from __future__ import annotations
@@ -198,9 +198,30 @@ def build_cli(plugins: PluginSet) -> click.Group:
     return cli
 
 
+def configure_tensorflow_logging(args: list[str]) -> None:
+    """TensorFlow logs nothing below ``TF_CPP_MIN_LOG_LEVEL`` (3, errors hidden too, unless the
+    user set it), not even the lines its libraries write as they load (:mod:`asrkit.tflog`).
+    With ``-v`` or ``ASRKIT_DEBUG``, TensorFlow logs as it does by default (unless the user set
+    the level)."""
+    import asrkit
+    from asrkit import tflog
+
+    if _verbose(args):
+        if not asrkit.TF_LOG_LEVEL_FROM_USER:
+            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+        tflog.uninstall()
+        return
+    try:
+        level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    except ValueError:
+        level = 0
+    tflog.install(level)
+
+
 def run(args: list[str] | None = None, plugins: PluginSet | None = None) -> int:
     """Run the command line and return its exit status; errors become one line on stderr."""
     args = sys.argv[1:] if args is None else list(args)
+    configure_tensorflow_logging(args)
     try:
         plugins = plugins or get_plugins()
         cli = build_cli(plugins)

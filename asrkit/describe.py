@@ -120,7 +120,7 @@ def ordered(splits: Any) -> list[str]:
 
 def describe_dataset(dataset: Path) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """The description of a dataset, and its rows by split (for plots)."""
-    from asrkit.data.manifest import load_dataset_json
+    from asrkit.datasets import load_dataset_json
 
     info = load_dataset_json(dataset)
     rows = {split: split_rows(dataset, split) for split in dataset_splits(dataset, info)}
@@ -388,7 +388,7 @@ def describe_command(target: str, plots_dir: Path | None, as_json: bool) -> None
     A dataset: hours, utterances and speakers per split, durations, characters, what the import
     skipped. A run: its settings, progress, best dev scores, report, parameters and FLOPs.
     """
-    from asrkit.runs import resolve_dataset
+    from asrkit.datasets import resolve_dataset
 
     if is_run(target):
         description, extra = describe_run(Path(target))

@@ -17,34 +17,19 @@ exported or compared later.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from asrkit.data.manifest import DATASET_JSON, load_dataset_json, write_json
+from asrkit.datasets import resolve_dataset
 from asrkit.decoders import decoder_config, try_decoder
 from asrkit.errors import AsrkitError
+from asrkit.files import write_json
 from asrkit.frames import check_sample_rate
 from asrkit.settings import from_dict, override, to_dict
 from asrkit.text import Alphabet
 from asrkit.train.config import TrainConfig, check_names, split_overrides
-
-
-def resolve_dataset(name: str) -> Path:
-    """A dataset given by folder or by name (``$ASRKIT_HOME/datasets/<name>``); a damaged
-    ``dataset.json`` is an error, since it means the import did not end well."""
-    from asrkit.data.importing import asrkit_home
-
-    for candidate in (Path(name), asrkit_home() / "datasets" / name):
-        if (candidate / DATASET_JSON).exists():
-            load_dataset_json(candidate)
-            return candidate
-    raise AsrkitError(
-        f"no imported dataset {name!r} (looked in ./{name} and {asrkit_home() / 'datasets'}); "
-        f"import it first, e.g. `asrkit import {name}`"
-    )
 
 
 @dataclass
@@ -275,16 +260,27 @@ def load_run(folder: str | Path) -> Run:
         decoder = None
     elif train.decoder in plugins.get_plugins().registry.names("decoder"):
         decoder = decoder_config(train.decoder, saved=decoder)
-    spec = plugins.get("model", train.model)
+    spec = _installed(folder, "model", train.model)
     # Runs saved before the extractor was recorded read the model's own.
     train = replace(train, features=train.features or spec.features)
-    extractor = plugins.get("feature", train.features)
+    extractor = _installed(folder, "feature", train.features)
     width = saved.get("num_features")
+    configs = []
+    for kind, name, config, values in (("model", train.model, spec.Config, saved["model"]),
+                                       ("feature", train.features, extractor.Config,
+                                        saved["features"])):
+        try:
+            configs.append(from_dict(config, values))
+        except AsrkitError:
+            changed = plugin_change(folder, kind, name)
+            if changed is None:
+                raise
+            raise AsrkitError(changed.message(folder, "the settings in its config.json")
+                              ) from None
     return Run(
         folder,
         train,
-        from_dict(spec.Config, saved["model"]),
-        from_dict(extractor.Config, saved["features"]),
+        *configs,
         from_dict(PipelineConfig, saved["pipeline"]),
         Alphabet.load(folder / "alphabet.txt"),
         feature_width=width if isinstance(width, int) else None,
@@ -292,22 +288,90 @@ def load_run(folder: str | Path) -> Run:
     )
 
 
-def append_metrics(folder: Path, record: dict[str, Any]) -> None:
-    with open(folder / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:
     """A saved run, its model with the ``checkpoint`` weights (``best`` or ``latest``; the other
     when that one is missing or damaged), and
-    that checkpoint's state: what evaluation, transcription and export all start from."""
+    that checkpoint's state: what evaluation, transcription and export all start from.
+
+    Every weight of the model must come from the checkpoint. When they do not match and the
+    run was made with another version of the model's plugin (``plugins.json``), the error says
+    so and which version to install: a plugin that changed its architecture is the likely cause,
+    not a damaged run."""
     from asrkit.train.checkpoints import Checkpoints
 
     run = load_run(folder)
     model = run.spec.build(run.model_config, run.num_features(), run.alphabet.num_classes)
-    state = Checkpoints(run.folder / "checkpoints", model=model).restore(checkpoint)
+    try:
+        state = Checkpoints(run.folder / "checkpoints", model=model).restore(checkpoint,
+                                                                            complete=True)
+    except AsrkitError:
+        changed = plugin_change(run.folder, "model", run.train.model)
+        if changed is None:
+            raise
+        raise AsrkitError(changed.message(run.folder, "its checkpoint")) from None
     if state is None:
         raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
     return run, model, state
+
+
+def _installed(folder: Path, kind: str, name: str) -> Any:
+    """The installed ``kind`` ``name``; when there is none, an error that names the plugin
+    and version the run in ``folder`` was made with."""
+    from asrkit import plugins
+
+    try:
+        return plugins.get(kind, name)
+    except AsrkitError:
+        missing = plugin_change(folder, kind, name)
+        if missing is None or missing.installed:
+            raise
+        raise AsrkitError(missing.message(folder)) from None
+
+
+@dataclass(frozen=True)
+class PluginChange:
+    """The plugin that provided a run's component then, and the one installed now."""
+
+    kind: str
+    name: str
+    distribution: str
+    made_with: str
+    installed_distribution: str
+    installed: str
+
+    def message(self, folder: Path, what: str = "") -> str:
+        if not self.installed:
+            return (f"{folder} was made with {self.kind} {self.name!r} of {self.distribution} "
+                    f"{self.made_with}, which is not installed; install it (pip install "
+                    f"'{self.distribution}=={self.made_with}') to use this run")
+        now = (self.installed if self.installed_distribution == self.distribution
+               else f"{self.installed_distribution} {self.installed}")
+        return (
+            f"{folder} was made with {self.kind} {self.name!r} of {self.distribution} "
+            f"{self.made_with}, and {now} is installed, whose {self.name!r} does not match "
+            f"{what}; install the version the run was made with "
+            f"(pip install '{self.distribution}=={self.made_with}') to use this run"
+        )
+
+
+def plugin_change(folder: Path, kind: str, name: str) -> PluginChange | None:
+    """How the plugin providing ``kind`` ``name`` differs from the one the run in ``folder``
+    was made with (``plugins.json``; ``installed`` empty when none provides it now); ``None``
+    when it is the same version, or not known."""
+    from asrkit.plugins import get_plugins
+
+    try:
+        saved = json.loads((folder / "plugins.json").read_text(encoding="utf-8"))
+        then = next(plugin for plugin in saved["plugins"]
+                    if name in plugin.get("registered", {}).get(kind, []))
+        distribution, made_with = str(then["distribution"]), str(then["version"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, StopIteration):
+        return None
+    registration = get_plugins().registry.entries.get(kind, {}).get(name)
+    if registration is None:
+        return PluginChange(kind, name, distribution, made_with, "", "")
+    provider = registration.provider
+    if (provider.distribution, provider.version) == (distribution, made_with):
+        return None
+    return PluginChange(kind, name, distribution, made_with, provider.distribution,
+                        provider.version)

@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from asrkit.data.manifest import sync_folder, write_atomic
 from asrkit.errors import AsrkitError
+from asrkit.files import sync_folder, write_atomic
 from asrkit.locks import folder_lock, lock_path
 
 EVALUATIONS = "evaluations.jsonl"

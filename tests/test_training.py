@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.data.manifest import write_json
 from asrkit.data.shards import ShardRecord, write_shard
+from asrkit.files import write_json
 from asrkit.metrics import corpus_score
 from tests.conftest import SPEECH, TINY
 

@@ -228,11 +228,11 @@ def tiny_run(tmp_path_factory):
 def add_serve_commands(plugins):
     """Add the transcribe/export commands' module to a plugin set, unless its entry point in
     asrkit's pyproject already loaded it."""
-    from asrkit import serve_commands
+    from asrkit import inference_commands
     from asrkit.registry import Provider
 
-    if not any(info.module == serve_commands.__name__ for info in plugins.plugins.values()):
-        plugins.add_module(serve_commands, Provider("serve", "asrkit", "0"))
+    if not any(info.module == inference_commands.__name__ for info in plugins.plugins.values()):
+        plugins.add_module(inference_commands, Provider("inference", "asrkit", "0"))
     return plugins
 
 

@@ -4,12 +4,21 @@ A download streams into ``<file>.part`` and resumes it with an HTTP ``Range`` re
 dropped connection or a killed process. Transient failures are retried with exponential backoff.
 The finished file is checked against the expected size and sha256 before it is renamed into
 place; a file that does not match is set aside (``<file>.bad``), never reused.
+
+A verified file is not read again by the next import: ``<file>.verified`` records its size and
+time stamp, its sha256, and the checksum it was verified against. The record counts only for
+that same checksum: a file verified against one mirror's ``SHA256SUMS`` is verified again
+against the published sha256 when it is next used without that mirror (and set aside and
+downloaded again when it does not match), so a mirror cannot leave a file in the downloads
+folder that passes for the real one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +102,8 @@ def mirror_checksums(url: str, options: DownloadOptions) -> dict[str, str]:
 
 
 def expected_for(resource: Resource, url: str, options: DownloadOptions) -> Expected:
+    """What the file at ``url`` (``resource`` there, or on the mirror) must be: the mirror's
+    ``SHA256SUMS`` where it lists the file, else the importer's published values."""
     if options.mirror:
         sums = mirror_checksums(url, options)
         if resource.filename in sums:
@@ -100,31 +111,41 @@ def expected_for(resource: Resource, url: str, options: DownloadOptions) -> Expe
     return Expected(resource.size, resource.sha256, "published values")
 
 
+def mismatch(path: Path, expected: Expected, digest: str) -> str | None:
+    """How ``path`` (whose sha256 is ``digest``) differs from ``expected``; ``None`` if not."""
+    size = path.stat().st_size
+    if expected.size is not None and size != expected.size:
+        return f"is {size:,} bytes, expected {expected.size:,}"
+    if expected.sha256 is not None and digest != expected.sha256:
+        return f"has sha256 {digest}, expected {expected.sha256}"
+    return None
+
+
 def verify_file(path: Path, expected: Expected, options: DownloadOptions,
                 set_aside: bool = True, digest: str | None = None) -> str:
     """Check ``path`` against ``expected``; return its sha256 (``digest``, when the caller
     hashed the bytes as it wrote them, else read from the file). A mismatch raises; a download
     that does not match is set aside as ``<name>.bad`` (a user's own file is left alone)."""
-    size = path.stat().st_size
     actual = digest or sha256_of(path, options.progress)
-    problem = None
-    if expected.size is not None and size != expected.size:
-        problem = f"is {size:,} bytes, expected {expected.size:,}"
-    elif expected.sha256 is not None and actual != expected.sha256:
-        problem = f"has sha256 {actual}, expected {expected.sha256}"
+    problem = mismatch(path, expected, actual)
     if problem and options.verify:
         if not set_aside:
             raise DownloadError(
                 f"{path} {problem} ({expected.origin}); nothing was read from it. Use the "
                 "right file, or pass --no-verify to import it anyway"
             )
-        aside = path.with_name(path.name + ".bad")
-        os.replace(path, aside)
+        aside = _set_aside(path)
         raise DownloadError(
             f"{path.name} {problem} ({expected.origin}); set aside as {aside.name}, nothing was "
             "extracted. Rerun to download it again, or check the mirror"
         )
     return actual
+
+
+def _set_aside(path: Path) -> Path:
+    aside = path.with_name(path.name + ".bad")
+    os.replace(path, aside)
+    return aside
 
 
 def _marker(path: Path) -> Path:
@@ -136,32 +157,68 @@ def _stat_key(path: Path) -> str:
     return f"{stat.st_size} {stat.st_mtime_ns}"
 
 
-def fetch(resource: Resource, directory: Path, options: DownloadOptions) -> tuple[Path, str]:
-    """Download ``resource`` into ``directory`` (resuming) and verify it; return the path and
-    its sha256. A file verified on an earlier run is not read again."""
+def _verified_before(final: Path, expected: Expected) -> str | None:
+    """The sha256 of ``final`` when an earlier run verified this very file against the same
+    checksum and size as ``expected``; ``None`` when it must be verified (again)."""
+    marker = _marker(final)
+    if not (final.exists() and marker.exists()):
+        return None
+    try:
+        record = json.loads(marker.read_text(encoding="utf-8"))
+        same = (record["file"] == _stat_key(final)
+                and record["verified_sha256"] == expected.sha256
+                and record["verified_size"] == expected.size)
+        return str(record["sha256"]) if same else None
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        return None  # damaged, or written before it recorded what it was verified against
+
+
+def _record_verified(final: Path, digest: str, expected: Expected) -> None:
+    """Remember that ``final`` (as it is now) has ``digest`` and matched ``expected``, or was
+    taken although it does not (``--no-verify``): then no checksum is recorded, so a verified
+    import checks the file again."""
+    matched = mismatch(final, expected, digest) is None
+    record = {"file": _stat_key(final), "sha256": digest,
+              "verified_sha256": expected.sha256 if matched else None,
+              "verified_size": expected.size if matched else None,
+              "verified_by": expected.origin if matched else "nothing (--no-verify)"}
+    _marker(final).write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def fetch(resource: Resource, directory: Path, options: DownloadOptions,
+          expected: Expected | None = None) -> tuple[Path, str]:
+    """Download ``resource`` into ``directory`` (resuming) and verify it against ``expected``
+    (by default :func:`expected_for`); return the path and its sha256. A file verified on an
+    earlier run against the same checksum is not read again; one verified against another
+    checksum is verified again, and downloaded again when it does not match."""
     if not resource.url:
         raise DownloadError(f"{resource.filename} has no download URL; pass --archive PATH")
     url = mirrored(resource.url, options.mirror)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / resource.filename
-    marker = _marker(final)
-    if final.exists() and marker.exists():
-        key, _, digest = marker.read_text().strip().rpartition(" ")
-        if key == _stat_key(final):
-            return final, digest
-    expected = expected_for(resource, url, options)
+    expected = expected or expected_for(resource, url, options)
     if options.verify and expected.sha256 is None:
         raise DownloadError(
             f"no sha256 is known for {resource.filename}; serve a {CHECKSUM_FILE} beside it on "
             "the mirror, or pass --no-verify to import it unverified"
         )
-    streamed = None
-    if not final.exists():
-        partial = final.with_name(final.name + ".part")
-        streamed = _download(url, partial, expected.size, options)
-        os.replace(partial, final)
+    known = _verified_before(final, expected)
+    if known is not None:
+        return final, known
+    if final.exists():  # from an earlier run, verified against something else or not at all
+        digest = sha256_of(final, options.progress)
+        problem = mismatch(final, expected, digest)
+        if problem is None or not options.verify:
+            _record_verified(final, digest, expected)
+            return final, digest
+        aside = _set_aside(final)
+        print(f"asrkit: warning: {final} {problem} ({expected.origin}); set aside as "
+              f"{aside.name}, downloading it again", file=sys.stderr)
+    partial = final.with_name(final.name + ".part")
+    streamed = _download(url, partial, expected.size, options)
+    os.replace(partial, final)
     digest = verify_file(final, expected, options, digest=streamed)
-    marker.write_text(f"{_stat_key(final)} {digest}\n")
+    _record_verified(final, digest, expected)
     return final, digest
 
 

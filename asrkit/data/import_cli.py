@@ -1,7 +1,8 @@
 """The ``asrkit import <name>`` commands: the options every importer shares, plus its own.
 
 Kept apart from the engine (:mod:`asrkit.data.importing`) so that building the command line
-imports nothing heavy: the engine is loaded when an import actually runs.
+imports nothing heavy: the engine is loaded when an import actually runs. The engine never
+imports this module: the defaults both need live in :mod:`asrkit.datasets`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from asrkit.data.manifest import DATASET_JSON
+from asrkit.datasets import DATASET_JSON, DEFAULT_MAX_SECONDS
 from asrkit.types import Importer
 
 if TYPE_CHECKING:
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 
     from asrkit.data.importing import ImportConfig, ImportResult
 
-#: Default of ``--max-duration``, in seconds: longer utterances rarely fit a GPU batch.
-DEFAULT_MAX_SECONDS = 40.0
 
 
 def summary(result: ImportResult) -> str:
@@ -69,7 +68,7 @@ def import_command(importer: Importer) -> click.Command:
         options = {k: v for k, v in params.items() if k not in COMMON_PARAMS}
         registration = get_plugins().registry.entries["importer"].get(importer.name)
         provider = registration.provider.distribution if registration else ""
-        from asrkit.data.manifest import load_dataset_json
+        from asrkit.datasets import load_dataset_json
         from asrkit.locks import folder_lock
 
         dataset = config.output or config.home / "datasets" / importer.dataset_name(options)

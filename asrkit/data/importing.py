@@ -42,9 +42,10 @@ from asrkit.data.convert import (
     convert_member,
     die_with_parent,
 )
-from asrkit.data.import_cli import DEFAULT_MAX_SECONDS
-from asrkit.data.manifest import DATASET_JSON, Row, csv_text, write_atomic, write_json
+from asrkit.data.manifest import Row, csv_text
+from asrkit.datasets import DATASET_JSON, DEFAULT_MAX_SECONDS, asrkit_home
 from asrkit.errors import AsrkitError
+from asrkit.files import write_atomic, write_json
 from asrkit.text import Alphabet, normalize, quote, recording_decodings
 from asrkit.types import DATASET_NAME, SAMPLE_RATE, Importer, Resource, Utterance
 
@@ -56,11 +57,6 @@ JOURNAL = "journal.jsonl"
 SHARD_BYTES = 64 << 20
 MIN_SHARDS = 4
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def asrkit_home() -> Path:
-    """Where datasets and downloads live: ``$ASRKIT_HOME``, else ``~/.asrkit``."""
-    return Path(os.environ.get("ASRKIT_HOME") or Path.home() / ".asrkit")
 
 
 @dataclass(frozen=True)
@@ -89,10 +85,28 @@ class ImportResult:
 # -- stage 1: fetch ----------------------------------------------------------------------------
 
 
-def _fetch(resources: list[Resource], config: ImportConfig) -> tuple[list[Path], list[dict]]:
+def _download_options(config: ImportConfig) -> download.DownloadOptions:
+    return download.DownloadOptions(mirror=config.mirror, verify=config.verify,
+                                    progress=config.progress)
+
+
+def _expectations(resources: list[Resource], config: ImportConfig
+                  ) -> dict[str, download.Expected]:
+    """What each file to download will be verified against (the mirror's ``SHA256SUMS``, else
+    the published values), by file name; the user's own files are not downloaded."""
+    options = _download_options(config)
+    archives = {path.name: path for path in config.archives}
+    return {resource.filename: download.expected_for(
+                resource, download.mirrored(resource.url, config.mirror), options)
+            for resource in resources
+            if resource.url is not None and resource.path is None
+            and _given_archive(resource, resources, config.archives, archives) is None}
+
+
+def _fetch(resources: list[Resource], config: ImportConfig,
+           expectations: dict[str, download.Expected]) -> tuple[list[Path], list[dict]]:
     """Local paths of every resource, verified; and what was verified, for ``dataset.json``."""
-    options = download.DownloadOptions(mirror=config.mirror, verify=config.verify,
-                                       progress=config.progress)
+    options = _download_options(config)
     archives = {path.name: path for path in config.archives}
     paths, record = [], []
     for resource in resources:
@@ -111,7 +125,8 @@ def _fetch(resources: list[Resource], config: ImportConfig) -> tuple[list[Path],
                 "--archive PATH"
             )
         else:
-            path, digest = download.fetch(resource, config.home / "downloads", options)
+            path, digest = download.fetch(resource, config.home / "downloads", options,
+                                          expectations[resource.filename])
         paths.append(path)
         record.append({"filename": path.name if given is not None else resource.filename,
                        "url": resource.url, "sha256": digest})
@@ -388,25 +403,29 @@ def write_shards(dataset: Path, split: str, rows: list[tuple[str, Row]],
 
 
 def _fingerprint(importer: Importer, options: Mapping[str, Any], resources: list[Resource],
-                 config: ImportConfig) -> dict:
+                 config: ImportConfig, expectations: dict[str, download.Expected]) -> dict:
     """What the output depends on. Compared before anything is fetched, so it must be cheap:
-    published checksums for downloads, and size and time stamps for the user's own files."""
+    for a download, the checksum it is verified against (a mirror's ``SHA256SUMS`` or the
+    published one: an import of a mirror's file is not taken for one of the published file),
+    and size and time stamps for the user's own files."""
     return {
         "format": FORMAT_VERSION,
         "importer": importer.name,
         "options": {k: _jsonable(v) for k, v in sorted(options.items())},
-        "sources": [_source_key(r, resources, config) for r in resources],
+        "sources": [_source_key(r, resources, config, expectations) for r in resources],
         "max_seconds": config.max_seconds,
         "alphabet": list(config.alphabet.symbols),
     }
 
 
-def _source_key(resource: Resource, resources: list[Resource],
-                config: ImportConfig) -> dict[str, Any]:
+def _source_key(resource: Resource, resources: list[Resource], config: ImportConfig,
+                expectations: dict[str, download.Expected]) -> dict[str, Any]:
     given = resource.path or _given_archive(resource, resources, config.archives,
                                             {p.name: p for p in config.archives})
     if given is None:
-        return {"filename": resource.filename, "sha256": resource.sha256}
+        expected = expectations.get(resource.filename)
+        return {"filename": resource.filename,
+                "sha256": expected.sha256 if expected else resource.sha256}
     path = Path(given).resolve()
     if not path.exists():
         raise AsrkitError(f"{path} does not exist")
@@ -447,7 +466,8 @@ def _import(importer: Importer, options: Mapping[str, Any], config: ImportConfig
             provider: str, name: str, dataset: Path) -> ImportResult:
     state = dataset / STATE_DIR
     resources = importer.resources(options)
-    fingerprint = _fingerprint(importer, options, resources, config)
+    expectations = _expectations(resources, config)
+    fingerprint = _fingerprint(importer, options, resources, config, expectations)
     report_path = dataset / DATASET_JSON
     inputs = [(Path(r.path), "the corpus this import reads") for r in resources if r.path]
     inputs += [(path, "the corpus this import reads") for path in config.archives]
@@ -458,8 +478,8 @@ def _import(importer: Importer, options: Mapping[str, Any], config: ImportConfig
         if report.get("fingerprint") == fingerprint:
             return ImportResult(dataset, report, did_work=False)
         raise AsrkitError(
-            f"{dataset} holds an import made with other options; pass --force to redo it, or "
-            "--output to import elsewhere"
+            f"{dataset} holds an import made with other options or from other files (another "
+            "mirror's checksums, say); pass --force to redo it, or --output to import elsewhere"
         )
     saved = state / "fingerprint.json"
     if saved.exists() and json.loads(saved.read_text()) != fingerprint:
@@ -470,7 +490,7 @@ def _import(importer: Importer, options: Mapping[str, Any], config: ImportConfig
     state.mkdir(exist_ok=True)
     write_json(saved, fingerprint)
 
-    paths, fetched = _fetch(resources, config)
+    paths, fetched = _fetch(resources, config, expectations)
     sources = [Source(path, progress=config.progress) for path in paths]
     scan = scan_sources(sources, importer.is_metadata, importer.max_metadata_bytes)
     with recording_decodings() as decoded:

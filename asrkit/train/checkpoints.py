@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from asrkit.data.manifest import sync_folder, write_durable
 from asrkit.errors import AsrkitError
+from asrkit.files import sync_folder, write_durable
 
 KINDS = ("latest", "best")
 
@@ -123,14 +123,16 @@ class Checkpoints:
             return None
         return saved["state"] if saved else None
 
-    def restore(self, kind: str) -> dict[str, Any] | None:
+    def restore(self, kind: str, complete: bool = False) -> dict[str, Any] | None:
         """Load the ``kind`` checkpoint into the trackables and return its state; the other
         kind's when ``kind`` has none or a damaged one (with a warning for the latter); None
-        when there is no checkpoint at all."""
+        when there is no checkpoint at all. ``complete``: every variable the trackables have
+        must come from the checkpoint (a model that is only used, not trained further: one
+        that matches in part is another architecture)."""
         problems = []
         for candidate in (kind, *(k for k in KINDS if k != kind)):
             try:
-                state = self._load(candidate)
+                state = self._load(candidate, complete)
             except DamagedCheckpoint as problem:
                 problems.append(str(problem))
                 continue
@@ -146,7 +148,7 @@ class Checkpoints:
             )
         return None
 
-    def _load(self, kind: str) -> dict[str, Any] | None:
+    def _load(self, kind: str, complete: bool = False) -> dict[str, Any] | None:
         import tensorflow as tf
 
         for _ in range(3):  # a training may replace the checkpoint while it is being read
@@ -154,8 +156,11 @@ class Checkpoints:
             if saved is None:
                 return None
             try:
-                self.checkpoint.read(str(self.folder / saved["folder"] / "ckpt")).expect_partial()
-            except (tf.errors.OpError, ValueError) as error:
+                status = self.checkpoint.read(str(self.folder / saved["folder"] / "ckpt"))
+                if complete:
+                    status.assert_existing_objects_matched()
+                status.expect_partial()
+            except (tf.errors.OpError, ValueError, AssertionError) as error:
                 try:
                     again = self._read(kind)
                 except DamagedCheckpoint:
@@ -201,3 +206,11 @@ def untracked_weights(model: Any) -> list[str]:
     seen = {id(obj) for obj in tf.train.TrackableView(model).descendants()}
     return [weight.path for weight in model.weights
             if id(weight) not in seen and id(getattr(weight, "value", weight)) not in seen]
+
+
+def append_metrics(folder: Path, record: dict[str, Any]) -> None:
+    """Append ``record`` to the run's ``metrics.jsonl``, on disk before the next step."""
+    with open(folder / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())

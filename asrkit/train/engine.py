@@ -22,17 +22,19 @@ import math
 import sys
 import time
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
 from asrkit.errors import AsrkitError
 from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
 from asrkit.frames import fits, frame_seconds
-from asrkit.runs import Run, append_metrics
-from asrkit.train.checkpoints import Checkpoints
+from asrkit.train.checkpoints import Checkpoints, append_metrics
 from asrkit.train.progress import RunProgress
 from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy
+
+if TYPE_CHECKING:  # the engine is given a run; loading and saving runs is asrkit.runs's
+    from asrkit.runs import Run
 
 #: Utterances too short for their transcripts named in ``metrics.jsonl`` (the count is all).
 TOO_SHORT_NAMED = 100
@@ -254,7 +256,7 @@ class Trainer:
     def _estimated_steps_per_epoch(self) -> int | None:
         """Steps an epoch from the split's utterance count, before the first epoch has counted
         them (bucketing adds up to one partial batch per bucket)."""
-        from asrkit.data.manifest import load_dataset_json
+        from asrkit.datasets import load_dataset_json
 
         try:
             count = load_dataset_json(self.dataset_dir)["splits"][self.config.train_split][

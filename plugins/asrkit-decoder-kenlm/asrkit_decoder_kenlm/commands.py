@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from asrkit.errors import AsrkitError
+from asrkit.api import AsrkitError
 
 
 def dataset_folder(name: str, split: str) -> Path:

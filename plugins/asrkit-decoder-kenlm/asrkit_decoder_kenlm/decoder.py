@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asrkit.api import BeamSearchDecoder, WordScorer, setting, validate
-from asrkit.errors import AsrkitError
+from asrkit.api import AsrkitError, BeamSearchDecoder, WordScorer, setting, validate
 
 #: ln(10): KenLM scores are log10, the search's are natural logarithms.
 LN10 = math.log(10.0)

@@ -15,8 +15,7 @@ import pytest
 from asrkit_decoder_kenlm.arpa import BOS, EOS, UNK, ArpaModel, estimate, read_unigrams
 from asrkit_decoder_kenlm.decoder import KenLMConfig, KenLMDecoder
 
-from asrkit.api import Alphabet, BeamDecoder
-from asrkit.errors import AsrkitError
+from asrkit.api import Alphabet, AsrkitError, BeamDecoder
 
 ENGLISH = Alphabet()
 

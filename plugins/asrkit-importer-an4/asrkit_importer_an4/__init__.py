@@ -1,9 +1,9 @@
 """``an4``: the CMU AN4 "Census" database (1991), an asrkit importer in its own distribution.
 
 It is asrkit's first-party example of the third-party path: a separate package that registers
-an importer through the ``asrkit`` entry-point group and uses only asrkit's public plugin API
-(``asrkit.hookimpl``, ``asrkit.types``, ``asrkit.errors``). Installing it is all it takes for
-``asrkit import an4`` to exist.
+an importer through the ``asrkit`` entry-point group and imports only asrkit's public API,
+:mod:`asrkit.api` (docs/api.md). Installing it is all it takes for ``asrkit import an4`` to
+exist.
 
 Corpus facts:
 
@@ -43,9 +43,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from asrkit import hookimpl
-from asrkit.errors import AsrkitError
-from asrkit.types import Importer, Resource, Utterance
+from asrkit.api import AsrkitError, Importer, Resource, Utterance, hookimpl
 
 __version__ = "0.1.0"
 

@@ -88,7 +88,7 @@ def test_import_through_a_mirror(asrkit_cli, asrkit_home, corpus_server):
             assert transcript == text and who == speaker
             assert int(size) == (dataset / wav_filename).stat().st_size == 44 + 2 * samples
             assert abs(float(duration) - samples / 16000) < 0.001
-        from asrkit.data.shards import read_records, shard_paths
+        from asrkit.api import read_records, shard_paths
 
         records = [r for shard in shard_paths(dataset, split) for r in read_records(shard)]
         assert sorted(r.id for r in records) == sorted(utterances)
