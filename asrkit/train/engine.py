@@ -29,6 +29,7 @@ from tqdm import tqdm
 from asrkit.errors import AsrkitError
 from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
 from asrkit.runs import Run, append_metrics
+from asrkit.train import schedules
 from asrkit.train.checkpoints import Checkpoints
 from asrkit.train.progress import RunProgress
 from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy
@@ -52,6 +53,13 @@ class LoopState:
     evaluations_since_lr_change: int = 0
     bad_batches_in_a_row: int = 0
     steps_per_epoch: int | None = None
+    #: The schedule's memory (:mod:`asrkit.train.schedules`): the previous dev score (newbob)
+    #: and an estimated cosine horizon (0: none).
+    last_score: float | None = None
+    schedule_steps: int = 0
+    #: The global step from which the checkpoint's moving average of the weights runs (-1: it
+    #: holds none; :mod:`asrkit.train.ema`).
+    ema_from_step: int = -1
     finished: bool = False
     stop_reason: str = ""
 
@@ -66,11 +74,6 @@ class LoopState:
         return cls(**{k: v for k, v in saved.items() if k in known})
 
 
-def learning_rate(base: float, state: LoopState, warmup_steps: int) -> float:
-    warm = min(1.0, (state.global_step + 1) / warmup_steps) if warmup_steps else 1.0
-    return base * state.lr_factor * warm
-
-
 def make_optimizer(config: Any) -> Any:
     import keras
 
@@ -83,7 +86,7 @@ def make_optimizer(config: Any) -> Any:
 
 
 def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
-                    model_config: Any, element_spec: Any = None) -> Any:
+                    model_config: Any, element_spec: Any = None, clip_norm: float = 0.0) -> Any:
     """A compiled distributed step: a batch in, the per-utterance losses of all replicas out.
 
     An utterance with fewer output frames than labels cannot be aligned by CTC (TensorFlow
@@ -91,6 +94,8 @@ def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
     of the loss and reported as infinite, so the loop names it.
     """
     import tensorflow as tf
+
+    from asrkit.train.gradients import apply_gradients
 
     def replica_step(batch: dict[str, Any]) -> Any:
         features, lengths = batch["features"], batch["feature_lengths"]
@@ -104,7 +109,7 @@ def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
             scaled = optimizer.scale_loss(loss)
         variables = model.trainable_variables
         gradients = tape.gradient(scaled, variables)
-        optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        apply_gradients(optimizer, gradients, variables, clip_norm)
         return tf.where(feasible, ctc, float("inf"))
 
     def step(batch: Any) -> Any:
@@ -146,6 +151,7 @@ class Trainer:
         self.decoder: Any = None
         self.eval_batches: dict[str, Any] = {}
         self.applied_lr: float | None = None
+        self.schedule = schedules.Schedule(self.config, self._estimated_steps_per_epoch())
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -286,27 +292,38 @@ class Trainer:
     def _train(self, state: LoopState, stop: int) -> None:
         last_save = time.monotonic()
         batches = self.batches(state.epoch, stop, state.step_in_epoch)
+        if self.train_step is None and self.config.accumulate_steps > 1:
+            from asrkit.train.accumulate import AccumulatingStep
+
+            self.train_step = AccumulatingStep(self.strategy, self.model, self.optimizer,
+                                               self.spec, self.run.model_config,
+                                               self.config.accumulate_steps, batches.element_spec,
+                                               self.config.clip_norm)
         if self.train_step is None:
             self.train_step = make_train_step(self.strategy, self.model, self.optimizer,
                                               self.spec, self.run.model_config,
-                                              batches.element_spec)
+                                              batches.element_spec, self.config.clip_norm)
         for batch in batches:
             epoch = int(self.strategy.experimental_local_results(batch["epoch"])[0])
             if epoch != state.epoch:
                 self._end_of_epoch(state)
                 if state.finished:
                     return
-            lr = learning_rate(self.config.learning_rate, state, self.config.warmup_steps)
+            lr = self.schedule.rate(state)
             if lr != self.applied_lr:  # a host-to-device write only when it changes
                 self.optimizer.inner_optimizer.learning_rate.assign(lr)
                 self.applied_lr = lr
             began = time.monotonic()
             losses = self.train_step(batch).numpy()
             self._check_finite(losses, batch, state)
-            state.step_in_epoch += 1
-            state.global_step += 1
+            state.step_in_epoch += 1  # batches read: where a resumed epoch continues
             finite = finite_mask(losses)
             loss = float(losses[finite].mean()) if finite.any() else math.nan
+            if getattr(self.train_step, "pending", 0):  # a micro-batch of an update to come
+                self.bar.step(state, loss, len(losses), self._audio_seconds(batch),
+                              time.monotonic() - began)
+                continue
+            state.global_step += 1
             self.bar.step(state, loss, len(losses), self._audio_seconds(batch),
                           time.monotonic() - began)
             if state.global_step % self.config.log_every == 0:
@@ -440,6 +457,11 @@ class Trainer:
 
     def _end_of_epoch(self, state: LoopState) -> None:
         """Count the epoch's steps, evaluate on dev, and move to the next epoch."""
+        if getattr(self.train_step, "pending", 0):  # an epoch's last micro-batches: one update
+            self.train_step.flush()
+            state.global_step += 1
+            if self.config.max_steps and state.global_step >= self.config.max_steps:
+                state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
         state.steps_per_epoch = state.step_in_epoch
         self.bar.epoch_done(state)
         self._metrics({"event": "epoch", "epoch": state.epoch, "step": state.global_step})
@@ -478,11 +500,9 @@ class Trainer:
         else:
             state.evaluations_without_improvement += 1
             state.evaluations_since_lr_change += 1
-        patience = self.config.plateau_patience
-        if patience and state.evaluations_since_lr_change >= patience:
-            state.lr_factor *= self.config.plateau_factor
-            state.evaluations_since_lr_change = 0
-            if self.checkpoints.state("best") is not None:
+        lr_change = schedules.after_evaluation(self.config, state, metric)
+        if lr_change:
+            if lr_change == "plateau" and self.checkpoints.state("best") is not None:
                 self.checkpoints.restore("best")  # reload the best weights first, as DeepSpeech
             record["lr_factor"] = state.lr_factor
         stop = self.config.early_stop_patience
