@@ -242,14 +242,17 @@ def append_metrics(folder: Path, record: dict[str, Any]) -> None:
 
 def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:
     """A saved run, its model with the ``checkpoint`` weights (``best`` or ``latest``; the other
-    when that one is missing or damaged), and
+    when that one is missing or damaged; their moving average when the run keeps one), and
     that checkpoint's state: what evaluation, transcription and export all start from."""
     from asrkit.train.checkpoints import Checkpoints
+    from asrkit.train.ema import load_averaged, shadow_of
 
     run = load_run(folder)
     model = run.spec.build(run.model_config, run.extractor.num_features(run.feature_config),
                            run.alphabet.num_classes)
-    state = Checkpoints(run.folder / "checkpoints", model=model).restore(checkpoint)
+    shadow = shadow_of(model)  # the moving average of the weights, when the run keeps one
+    state = Checkpoints(run.folder / "checkpoints", model=model, ema=shadow).restore(checkpoint)
     if state is None:
         raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
+    load_averaged(model, shadow, state)
     return run, model, state

@@ -31,6 +31,7 @@ from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_re
 from asrkit.runs import Run, append_metrics
 from asrkit.train import schedules
 from asrkit.train.checkpoints import Checkpoints
+from asrkit.train.ema import WeightAverage
 from asrkit.train.progress import RunProgress
 from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy
 
@@ -144,8 +145,11 @@ class Trainer:
             self.model = self.spec.build(run.model_config, num_features, run.alphabet.num_classes)
             self.optimizer = make_optimizer(self.config)
             self.optimizer.build(self.model.trainable_variables)
+        self.ema = (WeightAverage(self.strategy, self.model, self.config.ema_decay)
+                    if self.config.ema_decay else None)
         self.checkpoints = Checkpoints(run.folder / "checkpoints", model=self.model,
-                                       optimizer=self.optimizer)
+                                       optimizer=self.optimizer,
+                                       **({"ema": self.ema.trackable} if self.ema else {}))
         self.train_step: Any = None  # compiled for the batches' structure on first use
         self.predict = make_predict(self.model, self.spec, run.model_config, num_features)
         self.decoder: Any = None
@@ -193,9 +197,10 @@ class Trainer:
             self.eval_batches[split] = make_dataset(
                 self.dataset_dir, split, self.run.alphabet, self.extractor,
                 self.run.feature_config, self.run.pipeline.for_evaluation())
-        return evaluate_dataset(self.predict, self.eval_batches[split], self.decoder,
-                                self.run.alphabet, split,
-                                self.progress if progress is None else progress)
+        with self.ema.applied() if self.ema else contextlib.nullcontext():  # what is exported
+            return evaluate_dataset(self.predict, self.eval_batches[split], self.decoder,
+                                    self.run.alphabet, split,
+                                    self.progress if progress is None else progress)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -211,6 +216,11 @@ class Trainer:
         self.started = time.monotonic()
         restored = self.checkpoints.restore("latest")
         state = LoopState.from_json(restored) if restored else LoopState()
+        if not self.ema:
+            state.ema_from_step = -1
+        elif state.ema_from_step < 0:  # a new run, or the average newly set on resume
+            self.ema.reset()
+            state.ema_from_step = state.global_step
         if restored and not state.stop_reason.startswith("early stopping"):
             # A time or step budget, or the epoch count, may have been raised (-o on resume).
             state.finished, state.stop_reason = False, ""
@@ -324,6 +334,8 @@ class Trainer:
                               time.monotonic() - began)
                 continue
             state.global_step += 1
+            if self.ema:
+                self.ema.update()
             self.bar.step(state, loss, len(losses), self._audio_seconds(batch),
                           time.monotonic() - began)
             if state.global_step % self.config.log_every == 0:
@@ -460,6 +472,8 @@ class Trainer:
         if getattr(self.train_step, "pending", 0):  # an epoch's last micro-batches: one update
             self.train_step.flush()
             state.global_step += 1
+            if self.ema:
+                self.ema.update()
             if self.config.max_steps and state.global_step >= self.config.max_steps:
                 state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
         state.steps_per_epoch = state.step_in_epoch
