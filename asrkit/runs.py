@@ -240,6 +240,11 @@ def append_metrics(folder: Path, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
+#: The checkpoints ``evaluate``, ``transcribe`` and ``export`` can load (``averaged``: written by
+#: ``asrkit average``).
+CHECKPOINTS = ("best", "latest", "averaged")
+
+
 def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:
     """A saved run, its model with the ``checkpoint`` weights (``best`` or ``latest``; the other
     when that one is missing or damaged; their moving average when the run keeps one), and
@@ -252,6 +257,9 @@ def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, A
                            run.alphabet.num_classes)
     shadow = shadow_of(model)  # the moving average of the weights, when the run keeps one
     state = Checkpoints(run.folder / "checkpoints", model=model, ema=shadow).restore(checkpoint)
+    if state is None and checkpoint == "averaged":
+        raise AsrkitError(f"{run.folder} has no averaged checkpoint; write one with `asrkit "
+                          f"average {run.folder} --last N`")
     if state is None:
         raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
     load_averaged(model, shadow, state)

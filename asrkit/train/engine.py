@@ -147,8 +147,8 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
         self.ema = (WeightAverage(self.strategy, self.model, self.config.ema_decay)
                     if self.config.ema_decay else None)
-        self.checkpoints = Checkpoints(run.folder / "checkpoints", model=self.model,
-                                       optimizer=self.optimizer,
+        self.checkpoints = Checkpoints(run.folder / "checkpoints", self.config.keep_checkpoints,
+                                       model=self.model, optimizer=self.optimizer,
                                        **({"ema": self.ema.trackable} if self.ema else {}))
         self.train_step: Any = None  # compiled for the batches' structure on first use
         self.predict = make_predict(self.model, self.spec, run.model_config, num_features)
