@@ -26,6 +26,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from asrkit.data.pipeline import PaddingMeter
 from asrkit.errors import AsrkitError
 from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
 from asrkit.runs import Run, append_metrics
@@ -156,6 +157,7 @@ class Trainer:
         self.eval_batches: dict[str, Any] = {}
         self.applied_lr: float | None = None
         self.schedule = schedules.Schedule(self.config, self._estimated_steps_per_epoch())
+        self.padding = PaddingMeter()
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -438,8 +440,12 @@ class Trainer:
         """Seconds of audio in a batch, from its frame counts (an extractor without a
         ``step_ms`` setting is taken to use the usual 10 ms)."""
         step = getattr(self.run.feature_config, "step_ms", 10.0) / 1000
-        lengths = self.strategy.experimental_local_results(batch["feature_lengths"])
-        return float(sum(int(x.numpy().sum()) for x in lengths)) * step
+        lengths = [x.numpy() for x in
+                   self.strategy.experimental_local_results(batch["feature_lengths"])]
+        for part, features in zip(lengths, self.strategy.experimental_local_results(
+                batch["features"]), strict=True):
+            self.padding.add(part, features.shape[1])  # each epoch's metrics report it
+        return float(sum(int(x.sum()) for x in lengths)) * step
 
     def _checkpoint_due(self, state: LoopState, last_save: float) -> bool:
         every = self.config.checkpoint_steps
@@ -478,7 +484,8 @@ class Trainer:
                 state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
         state.steps_per_epoch = state.step_in_epoch
         self.bar.epoch_done(state)
-        self._metrics({"event": "epoch", "epoch": state.epoch, "step": state.global_step})
+        self._metrics({"event": "epoch", "epoch": state.epoch, "step": state.global_step,
+                       "padding": self.padding.take()})
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
         if state.evaluated_step != state.global_step:  # not just scored by the cadence
             self._evaluate_dev(state, "epoch")
