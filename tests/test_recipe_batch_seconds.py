@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.data.pipeline import PipelineConfig, PipelineError, batch_plan, make_dataset
+from asrkit.data.pipeline import (
+    PipelineConfig,
+    PipelineError,
+    batch_plan,
+    estimated_batches,
+    make_dataset,
+)
 from asrkit.data.shards import SAMPLE_RATE
 from asrkit.text import Alphabet
 from tests.conftest import TINY
@@ -60,8 +66,10 @@ def test_the_plan_gives_each_bucket_the_size_that_fits(tmp_path):
     # buckets [0, 2.5 s), [2.5 s, 5 s), [5 s, the longest: 9.5 s]
     assert edges == [40000, 80000]
     assert sizes == [160000 // 39999, 160000 // 79999, 160000 // 152000] == [4, 2, 1]
-    assert batch_plan(tmp_path, "train", PipelineConfig(batch_size=8)) [1] == [8] * len(
-        batch_plan(tmp_path, "train", PipelineConfig(batch_size=8))[0]) + [8]
+    edges, sizes = batch_plan(tmp_path, "train", PipelineConfig(batch_size=8))
+    assert sizes == [8] * (len(edges) + 1)  # batch_size: the same size in every bucket
+    # a: bucket 0; b, c: bucket 1; d, e: bucket 2 (batches of 4, 2, 1)
+    assert estimated_batches(tmp_path, "train", config) == 1 + 1 + 2
     with pytest.raises(PipelineError, match="batch_seconds needs bucketing"):
         PipelineConfig(batch_seconds=10.0, bucketing=False)
 

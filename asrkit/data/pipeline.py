@@ -295,6 +295,23 @@ def batch_plan(dataset_dir: str | Path, split: str,
     return edges, [max(1, int(budget // max(1, upper))) for upper in uppers]
 
 
+def estimated_batches(dataset_dir: str | Path, split: str, config: PipelineConfig) -> int:
+    """Batches an epoch of :func:`batch_plan`'s buckets would make when each bucket's last batch
+    is the only partial one (0 when the lengths cannot be read)."""
+    import bisect
+    import math
+
+    try:
+        samples = utterance_samples(dataset_dir, split)
+        edges, sizes = batch_plan(dataset_dir, split, config)
+    except (OSError, ValueError, AsrkitError):
+        return 0
+    counts = [0] * len(sizes)
+    for length in samples:
+        counts[bisect.bisect_right(edges, length)] += 1
+    return sum(math.ceil(count / size) for count, size in zip(counts, sizes, strict=True))
+
+
 class PaddingMeter:
     """Counts real and padded feature frames of batches: the padding they cost."""
 

@@ -266,7 +266,12 @@ class Trainer:
         """Steps an epoch from the split's utterance count, before the first epoch has counted
         them (bucketing adds up to one partial batch per bucket)."""
         from asrkit.data.manifest import load_dataset_json
+        from asrkit.data.pipeline import estimated_batches
 
+        if self.run.pipeline.batch_seconds:  # batch sizes follow the lengths
+            batches = estimated_batches(self.dataset_dir, self.config.train_split,
+                                        self.run.pipeline)
+            return max(1, math.ceil(batches / self.replicas)) if batches else None
         try:
             count = load_dataset_json(self.dataset_dir)["splits"][self.config.train_split][
                 "utterances"]
