@@ -2,7 +2,11 @@
 
 One step: every replica (a GPU, or the CPU) runs the model on its own batch, computes the CTC
 loss averaged over the *global* batch, and the gradients are summed across replicas and applied
-once, so G devices behave like one batch G times larger (the notebook's towers).
+once, so G devices behave like one batch G times larger (the notebook's towers); clipping acts
+on that sum (:mod:`asrkit.train.gradients`). A step is one update of the weights: with
+``accumulate_steps`` it gathers several batches (:mod:`asrkit.train.accumulate`). The learning
+rate follows :mod:`asrkit.train.schedules`; :mod:`asrkit.train.ema` keeps a moving average of the
+weights, which is what evaluation scores.
 
 The optimiser is Adam wrapped in Keras' ``LossScaleOptimizer``: with mixed precision it scales
 the loss as usual; in float32 its scale starts at 1, and either way it applies a step only when
@@ -336,15 +340,13 @@ class Trainer:
             state.step_in_epoch += 1  # batches read: where a resumed epoch continues
             finite = finite_mask(losses)
             loss = float(losses[finite].mean()) if finite.any() else math.nan
-            if getattr(self.train_step, "pending", 0):  # a micro-batch of an update to come
-                self.bar.step(state, loss, len(losses), self._audio_seconds(batch),
-                              time.monotonic() - began)
-                continue
-            state.global_step += 1
-            if self.ema:
-                self.ema.update()
+            updated = not getattr(self.train_step, "pending", 0)  # else a micro-batch gathered
+            if updated:
+                self._updated(state)
             self.bar.step(state, loss, len(losses), self._audio_seconds(batch),
                           time.monotonic() - began)
+            if not updated:
+                continue
             if state.global_step % self.config.log_every == 0:
                 self._log_step(state, loss, lr)
             if self._checkpoint_due(state, last_save):
@@ -362,6 +364,13 @@ class Trainer:
             if state.finished:
                 return
         self._end_of_epoch(state)
+
+    def _updated(self, state: LoopState) -> None:
+        """The weights were updated (a step, or ``accumulate_steps`` micro-batches): count it,
+        and move their moving average."""
+        state.global_step += 1
+        if self.ema:
+            self.ema.update()
 
     def _evaluation_due(self, state: LoopState) -> bool:
         """By steps, or by minutes on one machine: workers' clocks differ, and every worker
@@ -482,9 +491,7 @@ class Trainer:
         """Count the epoch's steps, evaluate on dev, and move to the next epoch."""
         if getattr(self.train_step, "pending", 0):  # an epoch's last micro-batches: one update
             self.train_step.flush()
-            state.global_step += 1
-            if self.ema:
-                self.ema.update()
+            self._updated(state)
             if self.config.max_steps and state.global_step >= self.config.max_steps:
                 state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
         state.steps_per_epoch = state.step_in_epoch
