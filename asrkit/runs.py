@@ -178,16 +178,25 @@ def _overridden(config: Any, pairs: list[tuple[str, str]]) -> Any:
     return config
 
 
+#: Settings outside ``train`` that a resumed run may change: the size of its batches, like
+#: ``batch_size`` (after running out of memory), on which the weights do not depend.
+RESUMABLE = {("pipeline", "batch_seconds")}
+
+
 def override_run(run: Run, overrides: list[str]) -> Run:
     """``run`` with ``train`` settings changed (for ``--resume -o batch_size=8``, after running
-    out of memory, or ``-o epochs=20`` to train longer); other sections are fixed once a run
-    has started, since the weights depend on them."""
+    out of memory, or ``-o epochs=20`` to train longer), and :data:`RESUMABLE` ones; other
+    sections are fixed once a run has started, since the weights depend on them."""
     sections = split_overrides(overrides)
     saved = {"model": run.model_config, "features": run.feature_config, "pipeline": run.pipeline}
+    pipeline = run.pipeline
     for section, pairs in sections.items():
         if section == "train":
             continue
         for key, value in pairs:  # the run's own value again (the same command line) is fine
+            if (section, key) in RESUMABLE:
+                pipeline = override(pipeline, key, value)
+                continue
             if override(saved[section], key, value) != saved[section]:
                 raise AsrkitError(
                     f"-o {section}.{key}={value}: a resumed run keeps its {section} settings; "
@@ -197,7 +206,7 @@ def override_run(run: Run, overrides: list[str]) -> Run:
     for key, value in sections.get("train", []):
         train = override(train, key, value)
     check_names(train)
-    pipeline = replace(run.pipeline, batch_size=train.batch_size, seed=train.seed)
+    pipeline = replace(pipeline, batch_size=train.batch_size, seed=train.seed)
     return replace(run, train=train, pipeline=pipeline)
 
 

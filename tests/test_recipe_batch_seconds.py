@@ -18,6 +18,7 @@ from asrkit.data.pipeline import (
     make_dataset,
 )
 from asrkit.data.shards import SAMPLE_RATE
+from asrkit.errors import AsrkitError
 from asrkit.text import Alphabet
 from tests.conftest import TINY
 
@@ -84,3 +85,11 @@ def test_a_run_reports_the_padding_of_each_epoch(home, asrkit_cli, tmp_path):
     epochs = [e for e in map(json.loads, lines) if e["event"] == "epoch"]
     assert len(epochs) == 1 and 0 < epochs[0]["padding"] < 0.5
     assert json.loads((run / "config.json").read_text())["pipeline"]["batch_seconds"] == 7.0
+
+    # like batch_size, the budget may change on resume (after running out of memory)
+    from asrkit.runs import load_run, override_run
+
+    resumed = override_run(load_run(run), ["pipeline.batch_seconds=5", "epochs=2"])
+    assert resumed.pipeline.batch_seconds == 5.0 and resumed.train.epochs == 2
+    with pytest.raises(AsrkitError, match="a resumed run keeps its pipeline settings"):
+        override_run(load_run(run), ["pipeline.num_buckets=8"])

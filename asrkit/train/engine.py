@@ -432,6 +432,13 @@ class Trainer:
                     f"({free / 2**20:.0f} MiB free there); free some space, then continue with "
                     f"--resume {self.run.folder}"
                 ) from None
+            seconds = self.run.pipeline.batch_seconds
+            if isinstance(error, tf.errors.ResourceExhaustedError) and seconds:
+                raise AsrkitError(
+                    f"out of memory with batches of {seconds:g} s of padded audio per device; "
+                    f"continue with --resume {self.run.folder} -o pipeline.batch_seconds=... "
+                    "(smaller)"
+                ) from None
             if isinstance(error, tf.errors.ResourceExhaustedError):
                 raise AsrkitError(
                     f"out of memory with batches of {self.config.batch_size} utterances per "
