@@ -1,4 +1,5 @@
-"""asrkit's own top-level commands beyond ``plugins`` and ``import``: ``train`` and ``evaluate``.
+"""asrkit's own top-level commands beyond ``plugins`` and ``import``: ``train``, ``evaluate`` and
+``average`` (:mod:`asrkit.average`).
 
 Registered through the ``register_commands`` hook from asrkit's own entry point, like any
 plugin's commands. TensorFlow is imported only when a command runs.
@@ -13,6 +14,8 @@ from typing import Any
 import click
 
 from asrkit import hookimpl
+from asrkit.average import average_command
+from asrkit.runs import CHECKPOINTS
 
 
 @click.command("train")
@@ -121,8 +124,8 @@ def _fit(run: Any, progress: bool) -> Any:
               help="The split to score [default: test; with --watch, the run's dev split]; "
                    "several with --watch.")
 @click.option("--decoder", default=None, help="Registered decoder [default: the run's].")
-@click.option("--checkpoint", type=click.Choice(["best", "latest"]), default="best",
-              show_default=True)
+@click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",
+              show_default=True, help="averaged: the one `asrkit average` wrote.")
 @click.option("--json", "json_file", type=click.Path(path_type=Path), default=None,
               help="Also write the full results (every utterance) as JSON here ('-': stdout).")
 @click.option("-o", "settings", multiple=True, metavar="decoder.KEY=VALUE",
@@ -166,3 +169,4 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
 def register_commands(cli: click.Group) -> None:
     cli.add_command(train_command)
     cli.add_command(evaluate_command)
+    cli.add_command(average_command)

@@ -15,6 +15,7 @@ import click
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
+from asrkit.runs import CHECKPOINTS
 
 if TYPE_CHECKING:
     from asrkit.transcribe import Options
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
                    "(SavedModel folder, TFLite folder or .tflite file).")
 @click.option("--decoder", default=None,
               help="Registered decoder [default: the run's, else greedy].")
-@click.option("--checkpoint", type=click.Choice(["best", "latest"]), default="best",
+@click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",
               show_default=True, help="Which checkpoint of a run folder.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object a line per file: text, duration, confidence, and words "
@@ -107,7 +108,7 @@ def _echo(line: str, err: bool = False) -> None:
               default="savedmodel", show_default=True)
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Folder to write [default: RUN/export/FORMAT].")
-@click.option("--checkpoint", type=click.Choice(["best", "latest"]), default="best",
+@click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",
               show_default=True)
 @click.option("--force", is_flag=True,
               help="Replace an earlier export (only a folder asrkit wrote, holding nothing else).")

@@ -204,16 +204,25 @@ def _overridden(config: Any, pairs: list[tuple[str, str]]) -> Any:
     return config
 
 
+#: Settings outside ``train`` that a resumed run may change: the size of its batches, like
+#: ``batch_size`` (after running out of memory), on which the weights do not depend.
+RESUMABLE = {("pipeline", "batch_seconds")}
+
+
 def override_run(run: Run, overrides: list[str]) -> Run:
     """``run`` with ``train`` settings changed (for ``--resume -o batch_size=8``, after running
-    out of memory, or ``-o epochs=20`` to train longer); other sections are fixed once a run
-    has started, since the weights depend on them."""
+    out of memory, or ``-o epochs=20`` to train longer), and :data:`RESUMABLE` ones; other
+    sections are fixed once a run has started, since the weights depend on them."""
     sections = split_overrides(overrides)
     saved = {"model": run.model_config, "features": run.feature_config, "pipeline": run.pipeline}
+    pipeline = run.pipeline
     for section, pairs in sections.items():
         if section in ("train", "decoder"):  # the decoder only reads the weights
             continue
         for key, value in pairs:  # the run's own value again (the same command line) is fine
+            if (section, key) in RESUMABLE:
+                pipeline = override(pipeline, key, value)
+                continue
             if override(saved[section], key, value) != saved[section]:
                 raise AsrkitError(
                     f"-o {section}.{key}={value}: a resumed run keeps its {section} settings; "
@@ -226,7 +235,7 @@ def override_run(run: Run, overrides: list[str]) -> Run:
                               f"({run.train.features}); train a new run for another")
         train = override(train, key, value)
     check_names(train)
-    pipeline = replace(run.pipeline, batch_size=train.batch_size, seed=train.seed)
+    pipeline = replace(pipeline, batch_size=train.batch_size, seed=train.seed)
     same = train.decoder == run.train.decoder and not isinstance(run.decoder_config, dict)
     decoder = decoder_config(train.decoder, sections.get("decoder", []),
                              to_dict(run.decoder_config) if same and run.decoder_config else None)
@@ -288,9 +297,14 @@ def load_run(folder: str | Path) -> Run:
     )
 
 
+#: The checkpoints ``evaluate``, ``transcribe`` and ``export`` can load (``averaged``: written by
+#: ``asrkit average``).
+CHECKPOINTS = ("best", "latest", "averaged")
+
+
 def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:
     """A saved run, its model with the ``checkpoint`` weights (``best`` or ``latest``; the other
-    when that one is missing or damaged), and
+    when that one is missing or damaged; their moving average when the run keeps one), and
     that checkpoint's state: what evaluation, transcription and export all start from.
 
     Every weight of the model must come from the checkpoint. When they do not match and the
@@ -298,19 +312,25 @@ def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, A
     so and which version to install: a plugin that changed its architecture is the likely cause,
     not a damaged run."""
     from asrkit.train.checkpoints import Checkpoints
+    from asrkit.train.ema import load_averaged, shadow_of
 
     run = load_run(folder)
     model = run.spec.build(run.model_config, run.num_features(), run.alphabet.num_classes)
+    shadow = shadow_of(model)  # the moving average of the weights, when the run keeps one
     try:
-        state = Checkpoints(run.folder / "checkpoints", model=model).restore(checkpoint,
-                                                                            complete=True)
+        state = Checkpoints(run.folder / "checkpoints", model=model, ema=shadow).restore(
+            checkpoint, complete=True)
     except AsrkitError:
         changed = plugin_change(run.folder, "model", run.train.model)
         if changed is None:
             raise
         raise AsrkitError(changed.message(run.folder, "its checkpoint")) from None
+    if state is None and checkpoint == "averaged":
+        raise AsrkitError(f"{run.folder} has no averaged checkpoint; write one with `asrkit "
+                          f"average {run.folder} --last N`")
     if state is None:
         raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
+    load_averaged(model, shadow, state)
     return run, model, state
 
 

@@ -25,7 +25,8 @@ partial batches are kept); shuffling is seeded and differs between epochs; with
 when there are fewer files than pipelines).
 
 Bucketing groups utterances of similar length so that padded frames, which cost as much compute
-as real ones, are few; :func:`padding_fraction` measures it.
+as real ones, are few; :func:`padding_fraction` measures it. ``batch_seconds`` sizes each
+bucket's batches by a budget of padded audio instead of a count (:func:`batch_plan`).
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ class PipelineConfig:
 
     #: Utterances a batch, per input pipeline (per replica under ``tf.distribute``).
     batch_size: int = setting(16, min=1)
+    #: Batch by duration instead: at most this many seconds of *padded* audio a batch (its
+    #: longest utterance's length times its utterances), per input pipeline; 0 = off (batches
+    #: of ``batch_size``). Each length bucket gets the batch size that fits its longest length.
+    batch_seconds: float = setting(0.0, min=0)
     #: Group utterances by length before batching (much less padding).
     bucketing: bool = True
     #: Bucket edges in seconds of audio; empty: :data:`num_buckets` quantiles of the split's
@@ -123,6 +128,9 @@ class PipelineConfig:
             value = getattr(self, name)
             if value and (len(value) != 2 or value[0] > value[1]):
                 raise PipelineError(f"{name} must be a range LOW,HIGH, not {value}")
+        if self.batch_seconds and not self.bucketing:
+            raise PipelineError("batch_seconds needs bucketing=true (each length bucket's batch "
+                                "size is what fits the budget)")
         if self.noise_folder and not self.noise_snr_db:
             raise PipelineError("noise_folder needs noise_snr_db (the range of SNRs to mix at)")
 
@@ -263,6 +271,65 @@ def bucket_edges(dataset_dir: str | Path, split: str, config: PipelineConfig) ->
     )
 
 
+def batch_plan(dataset_dir: str | Path, split: str,
+               config: PipelineConfig) -> tuple[list[int], list[int]]:
+    """Bucket edges (samples) and each bucket's batch size, the last for lengths beyond the last
+    edge. With ``batch_seconds``, a bucket's batch size is the budget over the longest length
+    the bucket can hold (below its upper edge; the split's longest for the last bucket), so no
+    batch holds more padded audio than the budget, except an utterance longer than the budget,
+    which forms a batch of its own."""
+    if not config.bucketing:
+        return [], [config.batch_size]
+    if not config.batch_seconds:
+        edges = bucket_edges(dataset_dir, split, config)
+        return edges, [config.batch_size] * (len(edges) + 1)
+    samples = utterance_samples(dataset_dir, split)
+    budget = config.batch_seconds * SAMPLE_RATE
+    if config.bucket_boundaries:
+        edges = bucket_edges(dataset_dir, split, config)
+    else:  # as many buckets as a typical batch allows, as with batch_size
+        typical = max(1, int(budget // max(1, sorted(samples)[len(samples) // 2])))
+        edges = auto_boundaries(samples, config.num_buckets, typical) if samples else []
+    longest = max([*samples, *(edge - 1 for edge in edges), 1])
+    uppers = [edge - 1 for edge in edges] + [longest]
+    return edges, [max(1, int(budget // max(1, upper))) for upper in uppers]
+
+
+def estimated_batches(dataset_dir: str | Path, split: str, config: PipelineConfig) -> int:
+    """Batches an epoch of :func:`batch_plan`'s buckets would make when each bucket's last batch
+    is the only partial one (0 when the lengths cannot be read)."""
+    import bisect
+    import math
+
+    try:
+        samples = utterance_samples(dataset_dir, split)
+        edges, sizes = batch_plan(dataset_dir, split, config)
+    except (OSError, ValueError, AsrkitError):
+        return 0
+    counts = [0] * len(sizes)
+    for length in samples:
+        counts[bisect.bisect_right(edges, length)] += 1
+    return sum(math.ceil(count / size) for count, size in zip(counts, sizes, strict=True))
+
+
+class PaddingMeter:
+    """Counts real and padded feature frames of batches: the padding they cost."""
+
+    def __init__(self) -> None:
+        self.real = self.total = 0
+
+    def add(self, lengths: Any, width: int) -> None:
+        """One batch: its utterances' frame counts, padded to ``width`` frames."""
+        self.real += int(sum(lengths))
+        self.total += len(lengths) * int(width)
+
+    def take(self) -> float:
+        """The share of padding since the last call (0 with nothing counted); start again."""
+        fraction = 1.0 - self.real / self.total if self.total else 0.0
+        self.real = self.total = 0
+        return round(fraction, 4)
+
+
 # -- the pipeline -------------------------------------------------------------------------------
 
 
@@ -307,7 +374,7 @@ def make_dataset(
             f"no shards of split {split!r} in {dataset_dir} (expected "
             f"shards/{split}-NNNNN-of-MMMMM.tfrecord); import the dataset first"
         )
-    edges = bucket_edges(dataset_dir, split, config) if config.bucketing else []
+    edges, batch_sizes = batch_plan(dataset_dir, split, config)
     pipelines, index = _pipeline_share(input_context)
     cache_name = _cache_name(split, extractor, feature_config, alphabet, config, index)
     calls = {"num_parallel_calls": config.parallel_calls, "deterministic": config.deterministic}
@@ -326,7 +393,7 @@ def make_dataset(
         )
     if config.spec_augment:
         dataset = _with_seeds(dataset, seed, salt=2).map(_masker(config), **calls)
-    dataset = _batch(dataset, edges, config.batch_size, alphabet.blank)
+    dataset = _batch(dataset, edges, batch_sizes, alphabet.blank)
     dataset = dataset.map(_finisher(config), **calls).prefetch(config.prefetch)
     return dataset.with_options(dataset_options(config, input_context))
 
@@ -522,7 +589,7 @@ def _cache(dataset: tf.data.Dataset, cache: str, name: str) -> tf.data.Dataset:
 
 
 def _batch(
-    dataset: tf.data.Dataset, edges: Sequence[int], batch_size: int, blank: int
+    dataset: tf.data.Dataset, edges: Sequence[int], batch_sizes: Sequence[int], blank: int
 ) -> tf.data.Dataset:
     import tensorflow as tf
 
@@ -536,11 +603,11 @@ def _batch(
         "label_length": tf.constant(0, tf.int32),
     }
     if not edges:
-        return dataset.padded_batch(batch_size, padding_values=padding_values)
+        return dataset.padded_batch(batch_sizes[0], padding_values=padding_values)
     return dataset.bucket_by_sequence_length(
         element_length_func=lambda element: element["num_samples"],
         bucket_boundaries=list(edges),
-        bucket_batch_sizes=[batch_size] * (len(edges) + 1),
+        bucket_batch_sizes=list(batch_sizes),
         padding_values=padding_values,
         drop_remainder=False,
     )

@@ -26,6 +26,11 @@ from asrkit.errors import AsrkitError
 from asrkit.files import sync_folder, write_durable
 
 KINDS = ("latest", "best")
+#: A checkpoint ``asrkit average`` writes (:mod:`asrkit.average`); never a fallback of the others.
+AVERAGED = "averaged"
+#: The newest ``latest`` checkpoints kept besides the pointers' (``keep_checkpoints``), oldest
+#: first: ``[{"folder": ..., "step": ...}, ...]``.
+HISTORY = "history.json"
 
 #: For tests of the above: ``ASRKIT_FAULT_CHECKPOINT=STAGE[:N]`` ends the process at once (exit
 #: status 9, as abruptly as ``kill -9``: nothing is flushed or cleaned up) at that stage of its
@@ -58,7 +63,7 @@ def _sync_tree(folder: Path) -> None:
 
 
 class Checkpoints:
-    def __init__(self, folder: Path, **trackables: Any) -> None:
+    def __init__(self, folder: Path, keep: int = 0, **trackables: Any) -> None:
         import tensorflow as tf
 
         model = trackables.get("model")
@@ -73,6 +78,8 @@ class Checkpoints:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.checkpoint = tf.train.Checkpoint(**trackables)
         self.saves = 0
+        #: How many of the newest ``latest`` saves to keep in :data:`HISTORY`.
+        self.keep = keep
 
     def _pointer(self, kind: str) -> Path:
         return self.folder / f"{kind}.json"
@@ -94,8 +101,30 @@ class Checkpoints:
         os.replace(partial, pointer)
         sync_folder(self.folder)
         _fault_point("switched", self.saves)
+        if kind == "latest" and self.keep:
+            self._remember(name, step)
         self._clean()
         _fault_point("cleaned", self.saves)
+
+    def _remember(self, name: str, step: int) -> None:
+        """Add a ``latest`` save to :data:`HISTORY` (replacing one of the same step), keeping
+        the newest :attr:`keep`; written like a pointer."""
+        kept = [entry for entry in self.history() if entry["step"] != step]
+        kept = [*kept, {"folder": name, "step": step}][-self.keep:]
+        path = self.folder / HISTORY
+        partial = path.with_name(path.name + ".partial")
+        write_durable(partial, json.dumps(kept, indent=2) + "\n")
+        os.replace(partial, path)
+        sync_folder(self.folder)
+
+    def history(self) -> list[dict[str, Any]]:
+        """The kept ``latest`` checkpoints, oldest first, those whose folders are complete."""
+        try:
+            entries = json.loads((self.folder / HISTORY).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        return [e for e in entries if isinstance(e, dict)
+                and (self.folder / str(e.get("folder")) / "ckpt.index").exists()]
 
     def _read(self, kind: str) -> dict[str, Any] | None:
         """The pointer's contents, None if there is no pointer; raises DamagedCheckpoint."""
@@ -130,7 +159,8 @@ class Checkpoints:
         must come from the checkpoint (a model that is only used, not trained further: one
         that matches in part is another architecture)."""
         problems = []
-        for candidate in (kind, *(k for k in KINDS if k != kind)):
+        others = () if kind == AVERAGED else tuple(k for k in KINDS if k != kind)
+        for candidate in (kind, *others):
             try:
                 state = self._load(candidate, complete)
             except DamagedCheckpoint as problem:
@@ -178,8 +208,8 @@ class Checkpoints:
     def _clean(self) -> None:
         """Remove the folders (and temporary files) no pointer names; nothing at all when a
         pointer cannot be read, since it may name any of them."""
-        keep = set()
-        for kind in KINDS:
+        keep = {entry["folder"] for entry in self.history()}
+        for kind in (*KINDS, AVERAGED):
             try:
                 saved = json.loads(self._pointer(kind).read_text(encoding="utf-8"))
                 keep.add(saved["folder"])

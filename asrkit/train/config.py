@@ -39,6 +39,8 @@ DEVICES_PATTERN = r"\s*(|cpu|\d+(\s*,\s*\d+)*|/[^,]+(,\s*/[^,]+)*)\s*"
 MAX_SEED = 2**32 - 1
 #: The sections of a run's configuration, as ``-o SECTION.KEY=VALUE`` names them.
 SECTIONS = ("train", "model", "features", "pipeline", "decoder")
+#: Learning-rate schedules (:mod:`asrkit.train.schedules`).
+SCHEDULES = ("constant", "cosine", "noam", "newbob")
 
 
 @dataclass(frozen=True)
@@ -103,9 +105,29 @@ class TrainConfig:
     #: The model's size preset (:mod:`asrkit.presets`): auto (``full`` on GPUs, ``cpu`` on a
     #: CPU), a preset's name, or none. A run records the one it used.
     preset: str = setting("auto", pattern=r"[A-Za-z0-9_.-]+")
+    #: Micro-batches whose gradients make one update: K batches of B train as one of K*B.
+    accumulate_steps: int = setting(1, min=1)
+    #: The learning-rate schedule (:mod:`asrkit.train.schedules`): constant after the warm-up,
+    #: cosine to ``lr_floor`` over ``lr_decay_steps`` (0: the run's length), noam, newbob.
+    lr_schedule: str = setting("constant", choices=SCHEDULES)
+    #: Where cosine ends, as a fraction of ``learning_rate``.
+    lr_floor: float = setting(0.0, min=0, max=1)
+    lr_decay_steps: int = setting(0, min=0)
+    #: Noam's model width (``d_model ** -0.5`` scales the rate).
+    noam_d_model: int = setting(512, min=1)
+    #: Newbob: multiply the rate by ``newbob_factor`` after a dev evaluation whose relative
+    #: improvement over the previous one is below ``newbob_threshold``.
+    newbob_threshold: float = setting(0.01)
+    newbob_factor: float = setting(0.5, above=0, max=1)
+    #: Exponential moving average of the weights, used for evaluation and export; 0 = off.
+    ema_decay: float = setting(0.0, min=0, below=1)
+    #: Keep this many of the newest checkpoints besides latest and best (for ``asrkit average``).
+    keep_checkpoints: int = setting(0, min=0)
 
     def __post_init__(self) -> None:
         validate(self)
+        if self.lr_schedule == "noam" and not self.warmup_steps:
+            raise AsrkitError("lr_schedule=noam needs warmup_steps >= 1 (its peak)")
 
 
 def check_names(train: TrainConfig) -> None:

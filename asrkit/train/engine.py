@@ -2,7 +2,11 @@
 
 One step: every replica (a GPU, or the CPU) runs the model on its own batch, computes the CTC
 loss averaged over the *global* batch, and the gradients are summed across replicas and applied
-once, so G devices behave like one batch G times larger (the notebook's towers).
+once, so G devices behave like one batch G times larger (the notebook's towers); clipping acts
+on that sum (:mod:`asrkit.train.gradients`). A step is one update of the weights: with
+``accumulate_steps`` it gathers several batches (:mod:`asrkit.train.accumulate`). The learning
+rate follows :mod:`asrkit.train.schedules`; :mod:`asrkit.train.ema` keeps a moving average of the
+weights, which is what evaluation scores.
 
 The optimiser is Adam wrapped in Keras' ``LossScaleOptimizer``: with mixed precision it scales
 the loss as usual; in float32 its scale starts at 1, and either way it applies a step only when
@@ -26,10 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
+from asrkit.data.pipeline import PaddingMeter
 from asrkit.errors import AsrkitError
 from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
 from asrkit.frames import fits, frame_seconds
+from asrkit.train import schedules
 from asrkit.train.checkpoints import Checkpoints, append_metrics
+from asrkit.train.ema import WeightAverage
 from asrkit.train.progress import RunProgress
 from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy
 
@@ -58,6 +65,13 @@ class LoopState:
     evaluations_since_lr_change: int = 0
     bad_batches_in_a_row: int = 0
     steps_per_epoch: int | None = None
+    #: The schedule's memory (:mod:`asrkit.train.schedules`): the previous dev score (newbob)
+    #: and an estimated cosine horizon (0: none).
+    last_score: float | None = None
+    schedule_steps: int = 0
+    #: The global step from which the checkpoint's moving average of the weights runs (-1: it
+    #: holds none; :mod:`asrkit.train.ema`).
+    ema_from_step: int = -1
     finished: bool = False
     stop_reason: str = ""
 
@@ -72,11 +86,6 @@ class LoopState:
         return cls(**{k: v for k, v in saved.items() if k in known})
 
 
-def learning_rate(base: float, state: LoopState, warmup_steps: int) -> float:
-    warm = min(1.0, (state.global_step + 1) / warmup_steps) if warmup_steps else 1.0
-    return base * state.lr_factor * warm
-
-
 def make_optimizer(config: Any) -> Any:
     import keras
 
@@ -89,7 +98,7 @@ def make_optimizer(config: Any) -> Any:
 
 
 def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
-                    model_config: Any, element_spec: Any = None) -> Any:
+                    model_config: Any, element_spec: Any = None, clip_norm: float = 0.0) -> Any:
     """A compiled distributed step: a batch in, the per-utterance losses of all replicas out.
 
     An utterance with fewer output frames than labels cannot be aligned by CTC (TensorFlow
@@ -100,6 +109,8 @@ def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
     first step (:func:`too_short`) and the import use.
     """
     import tensorflow as tf
+
+    from asrkit.train.gradients import apply_gradients
 
     def replica_step(batch: dict[str, Any]) -> Any:
         features, lengths = batch["features"], batch["feature_lengths"]
@@ -113,7 +124,7 @@ def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
             scaled = optimizer.scale_loss(loss)
         variables = model.trainable_variables
         gradients = tape.gradient(scaled, variables)
-        optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        apply_gradients(optimizer, gradients, variables, clip_norm)
         return tf.where(feasible, ctc, float("inf"))
 
     def step(batch: Any) -> Any:
@@ -148,13 +159,18 @@ class Trainer:
             self.model = self.spec.build(run.model_config, num_features, run.alphabet.num_classes)
             self.optimizer = make_optimizer(self.config)
             self.optimizer.build(self.model.trainable_variables)
-        self.checkpoints = Checkpoints(run.folder / "checkpoints", model=self.model,
-                                       optimizer=self.optimizer)
+        self.ema = (WeightAverage(self.strategy, self.model, self.config.ema_decay)
+                    if self.config.ema_decay else None)
+        self.checkpoints = Checkpoints(run.folder / "checkpoints", self.config.keep_checkpoints,
+                                       model=self.model, optimizer=self.optimizer,
+                                       **({"ema": self.ema.trackable} if self.ema else {}))
         self.train_step: Any = None  # compiled for the batches' structure on first use
         self.predict = make_predict(self.model, self.spec, run.model_config, num_features)
         self.decoder: Any = None
         self.eval_batches: dict[str, Any] = {}
         self.applied_lr: float | None = None
+        self.schedule = schedules.Schedule(self.config, self._estimated_steps_per_epoch())
+        self.padding = PaddingMeter()
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -195,9 +211,10 @@ class Trainer:
             self.eval_batches[split] = make_dataset(
                 self.dataset_dir, split, self.run.alphabet, self.extractor,
                 self.run.feature_config, self.run.pipeline.for_evaluation())
-        return evaluate_dataset(self.predict, self.eval_batches[split], self.decoder,
-                                self.run.alphabet, split,
-                                self.progress if progress is None else progress)
+        with self.ema.applied() if self.ema else contextlib.nullcontext():  # what is exported
+            return evaluate_dataset(self.predict, self.eval_batches[split], self.decoder,
+                                    self.run.alphabet, split,
+                                    self.progress if progress is None else progress)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -213,6 +230,11 @@ class Trainer:
         self.started = time.monotonic()
         restored = self.checkpoints.restore("latest")
         state = LoopState.from_json(restored) if restored else LoopState()
+        if not self.ema:
+            state.ema_from_step = -1
+        elif state.ema_from_step < 0:  # a new run, or the average newly set on resume
+            self.ema.reset()
+            state.ema_from_step = state.global_step
         if restored and not state.stop_reason.startswith("early stopping"):
             # A time or step budget, or the epoch count, may have been raised (-o on resume).
             state.finished, state.stop_reason = False, ""
@@ -256,8 +278,13 @@ class Trainer:
     def _estimated_steps_per_epoch(self) -> int | None:
         """Steps an epoch from the split's utterance count, before the first epoch has counted
         them (bucketing adds up to one partial batch per bucket)."""
+        from asrkit.data.pipeline import estimated_batches
         from asrkit.datasets import load_dataset_json
 
+        if self.run.pipeline.batch_seconds:  # batch sizes follow the lengths
+            batches = estimated_batches(self.dataset_dir, self.config.train_split,
+                                        self.run.pipeline)
+            return max(1, math.ceil(batches / self.replicas)) if batches else None
         try:
             count = load_dataset_json(self.dataset_dir)["splits"][self.config.train_split][
                 "utterances"]
@@ -295,29 +322,40 @@ class Trainer:
     def _train(self, state: LoopState, stop: int) -> None:
         last_save = time.monotonic()
         batches = self.batches(state.epoch, stop, state.step_in_epoch)
+        if self.train_step is None and self.config.accumulate_steps > 1:
+            from asrkit.train.accumulate import AccumulatingStep
+
+            self.train_step = AccumulatingStep(self.strategy, self.model, self.optimizer,
+                                               self.spec, self.run.model_config,
+                                               self.config.accumulate_steps, batches.element_spec,
+                                               self.config.clip_norm)
         if self.train_step is None:
             self.train_step = make_train_step(self.strategy, self.model, self.optimizer,
                                               self.spec, self.run.model_config,
-                                              batches.element_spec)
+                                              batches.element_spec, self.config.clip_norm)
         for batch in batches:
             epoch = int(self.strategy.experimental_local_results(batch["epoch"])[0])
             if epoch != state.epoch:
                 self._end_of_epoch(state)
                 if state.finished:
                     return
-            lr = learning_rate(self.config.learning_rate, state, self.config.warmup_steps)
+            lr = self.schedule.rate(state)
             if lr != self.applied_lr:  # a host-to-device write only when it changes
                 self.optimizer.inner_optimizer.learning_rate.assign(lr)
                 self.applied_lr = lr
             began = time.monotonic()
             losses = self.train_step(batch).numpy()
             self._check_finite(losses, batch, state)
-            state.step_in_epoch += 1
-            state.global_step += 1
+            state.step_in_epoch += 1  # batches read: where a resumed epoch continues
             finite = finite_mask(losses)
             loss = float(losses[finite].mean()) if finite.any() else math.nan
+            updated = not getattr(self.train_step, "pending", 0)  # else a micro-batch gathered
+            if updated:
+                self._updated(state)
             self.bar.step(state, loss, len(losses), self._audio_seconds(batch),
                           time.monotonic() - began)
+            if not updated:
+                continue
             if state.global_step % self.config.log_every == 0:
                 self._log_step(state, loss, lr)
             if self._checkpoint_due(state, last_save):
@@ -335,6 +373,13 @@ class Trainer:
             if state.finished:
                 return
         self._end_of_epoch(state)
+
+    def _updated(self, state: LoopState) -> None:
+        """The weights were updated (a step, or ``accumulate_steps`` micro-batches): count it,
+        and move their moving average."""
+        state.global_step += 1
+        if self.ema:
+            self.ema.update()
 
     def _evaluation_due(self, state: LoopState) -> bool:
         """By steps, or by minutes on one machine: workers' clocks differ, and every worker
@@ -396,6 +441,13 @@ class Trainer:
                     f"({free / 2**20:.0f} MiB free there); free some space, then continue with "
                     f"--resume {self.run.folder}"
                 ) from None
+            seconds = self.run.pipeline.batch_seconds
+            if isinstance(error, tf.errors.ResourceExhaustedError) and seconds:
+                raise AsrkitError(
+                    f"out of memory with batches of {seconds:g} s of padded audio per device; "
+                    f"continue with --resume {self.run.folder} -o pipeline.batch_seconds=... "
+                    "(smaller)"
+                ) from None
             if isinstance(error, tf.errors.ResourceExhaustedError):
                 raise AsrkitError(
                     f"out of memory with batches of {self.config.batch_size} utterances per "
@@ -417,8 +469,12 @@ class Trainer:
     def _audio_seconds(self, batch: Any) -> float:
         """Seconds of audio in a batch, from its frame counts."""
         step = frame_seconds(self.run.feature_config)
-        lengths = self.strategy.experimental_local_results(batch["feature_lengths"])
-        return float(sum(int(x.numpy().sum()) for x in lengths)) * step
+        lengths = [x.numpy() for x in
+                   self.strategy.experimental_local_results(batch["feature_lengths"])]
+        for part, features in zip(lengths, self.strategy.experimental_local_results(
+                batch["features"]), strict=True):
+            self.padding.add(part, features.shape[1])  # each epoch's metrics report it
+        return float(sum(int(x.sum()) for x in lengths)) * step
 
     def _report_too_short(self, split: str) -> None:
         """Warn once, before training, of the utterances of ``split`` that CTC cannot align
@@ -466,9 +522,15 @@ class Trainer:
 
     def _end_of_epoch(self, state: LoopState) -> None:
         """Count the epoch's steps, evaluate on dev, and move to the next epoch."""
+        if getattr(self.train_step, "pending", 0):  # an epoch's last micro-batches: one update
+            self.train_step.flush()
+            self._updated(state)
+            if self.config.max_steps and state.global_step >= self.config.max_steps:
+                state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
         state.steps_per_epoch = state.step_in_epoch
         self.bar.epoch_done(state)
-        self._metrics({"event": "epoch", "epoch": state.epoch, "step": state.global_step})
+        self._metrics({"event": "epoch", "epoch": state.epoch, "step": state.global_step,
+                       "padding": self.padding.take()})
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
         if state.evaluated_step != state.global_step:  # not just scored by the cadence
             self._evaluate_dev(state, "epoch")
@@ -504,11 +566,9 @@ class Trainer:
         else:
             state.evaluations_without_improvement += 1
             state.evaluations_since_lr_change += 1
-        patience = self.config.plateau_patience
-        if patience and state.evaluations_since_lr_change >= patience:
-            state.lr_factor *= self.config.plateau_factor
-            state.evaluations_since_lr_change = 0
-            if self.checkpoints.state("best") is not None:
+        lr_change = schedules.after_evaluation(self.config, state, metric)
+        if lr_change:
+            if lr_change == "plateau" and self.checkpoints.state("best") is not None:
                 self.checkpoints.restore("best")  # reload the best weights first, as DeepSpeech
             record["lr_factor"] = state.lr_factor
         stop = self.config.early_stop_patience

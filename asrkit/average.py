@@ -1,0 +1,73 @@
+"""``asrkit average RUN --last N``: the mean of a run's last N checkpoints, as a checkpoint.
+
+Averaging the weights of the last few checkpoints of a run usually scores a little better than
+any one of them (as fairseq's and ESPnet's recipes do). A run keeps its newest
+``keep_checkpoints`` checkpoints for this (``checkpoints/history.json``; by default only the
+latest and the best are kept). The averaged checkpoint holds the mean of their trainable
+weights; non-trainable ones (batch-norm statistics) are the newest checkpoint's. It is written
+as ``checkpoints/averaged.json`` and its folder, like the others, and ``evaluate``,
+``transcribe`` and ``export`` take it with ``--checkpoint averaged``. A later ``asrkit average``
+replaces it; training keeps it (it is never trained on, and never used as a fallback).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from asrkit.errors import AsrkitError
+
+
+def average_run(folder: str | Path, last: int) -> dict[str, Any]:
+    """Write the averaged checkpoint of ``folder``'s last ``last`` kept checkpoints; return its
+    state (``global_step``: the newest one's; ``averaged_steps``: the steps averaged)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from asrkit.runs import load_run
+    from asrkit.train.checkpoints import AVERAGED, Checkpoints
+
+    run = load_run(folder)
+    checkpoints = Checkpoints(run.folder / "checkpoints")
+    kept = checkpoints.history()
+    if len(kept) < last:
+        raise AsrkitError(
+            f"{run.folder} keeps {len(kept)} checkpoint(s), not the {last} to average; train "
+            f"with -o keep_checkpoints={last} (or more), or average fewer with --last"
+        )
+    chosen = kept[-last:]
+    model = run.spec.build(run.model_config, run.extractor.num_features(run.feature_config),
+                           run.alphabet.num_classes)
+    reader = tf.train.Checkpoint(model=model)
+    total: list[Any] = []
+    for entry in chosen:  # the newest last, so its non-trainable weights stay
+        reader.read(str(checkpoints.folder / entry["folder"] / "ckpt")).expect_partial()
+        weights = [np.asarray(w.numpy(), np.float64) for w in model.trainable_variables]
+        total = weights if not total else [t + w for t, w in zip(total, weights, strict=True)]
+    for weight, summed in zip(model.trainable_variables, total, strict=True):
+        weight.assign((summed / len(chosen)).astype(weight.dtype))
+    steps = [int(entry["step"]) for entry in chosen]
+    state = {"global_step": steps[-1], "averaged_steps": steps, "ema_from_step": -1}
+    Checkpoints(checkpoints.folder, model=model).save(AVERAGED, steps[-1], state)
+    return state
+
+
+@click.command("average")
+@click.argument("run", type=click.Path(exists=True, path_type=Path))
+@click.option("--last", type=click.IntRange(min=1), required=True,
+              help="How many of the run's newest kept checkpoints to average.")
+def average_command(run: Path, last: int) -> None:
+    """Average the weights of a run's last N checkpoints into its `averaged` checkpoint.
+
+    The run must keep them: train with -o keep_checkpoints=N. Then use it with
+    `asrkit evaluate RUN --checkpoint averaged` (also transcribe and export).
+    """
+    from asrkit.locks import folder_lock
+
+    with folder_lock(run, "averaging", "wait for the training to end"):
+        state = average_run(run, last)
+    steps = ", ".join(map(str, state["averaged_steps"]))
+    click.echo(f"averaged the checkpoints of steps {steps} into "
+               f"{run / 'checkpoints' / 'averaged.json'}")

@@ -1,0 +1,91 @@
+"""Gradient accumulation: ``accumulate_steps`` micro-batches make one update.
+
+Each micro-batch adds the gradient of its *summed* CTC loss, and its utterance count, to
+accumulators; the update divides the sums by the total count of utterances (of every
+micro-batch on every replica) and applies them once. That is the gradient of the mean loss over
+all those utterances, exactly what one batch K times larger gives, also when the micro-batches
+differ in size (buckets, an epoch's last batch). Clipping (``clip_norm``, of the sum over
+towers: :mod:`asrkit.train.gradients`), the loss scale's check for non-finite gradients and the
+towers' all-reduce all act at the update, on the accumulated gradient, as they would on the
+larger batch: a micro-batch with a non-finite
+gradient makes the whole update a skipped one.
+
+Under ``tf.distribute`` the accumulators are sync-on-read variables: each replica adds into its
+own copy, and the optimiser sums the replicas' shares when it applies them (as it sums the
+replicas' gradients of an ordinary step). They are not saved in checkpoints: the engine saves
+only between updates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AccumulatingStep:
+    """Called like the engine's train step (a batch in, every replica's per-utterance losses
+    out); applies the update on every ``steps``-th call, or on :meth:`flush`. ``pending`` is
+    the number of micro-batches gathered and not yet applied."""
+
+    def __init__(self, strategy: Any, model: Any, optimizer: Any, spec: Any,
+                 model_config: Any, steps: int, element_spec: Any = None,
+                 clip_norm: float = 0.0) -> None:
+        import tensorflow as tf
+
+        from asrkit.train.gradients import apply_gradients
+
+        self.steps, self.pending = steps, 0
+        variables = model.trainable_variables
+        on_read = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_READ,
+                   "aggregation": tf.VariableAggregation.SUM}
+        with strategy.scope():
+            sums = [tf.Variable(tf.zeros(v.shape, v.dtype), **on_read) for v in variables]
+            count = tf.Variable(0.0, **on_read)
+        self._variables = (sums, count)  # kept alive for the functions below
+
+        def replica_add(batch: dict[str, Any]) -> Any:
+            features, lengths = batch["features"], batch["feature_lengths"]
+            with tf.GradientTape() as tape:
+                logits = tf.cast(model((features, lengths), training=True), tf.float32)
+                out_lengths = spec.output_length(model_config, lengths)
+                ctc = tf.nn.ctc_loss(batch["labels"], logits, batch["label_lengths"],
+                                     out_lengths, logits_time_major=False, blank_index=-1)
+                feasible = tf.cast(out_lengths, tf.int32) >= batch["label_lengths"]
+                total = tf.reduce_sum(tf.where(feasible, ctc, 0.0))
+                scaled = optimizer.scale_loss(total)
+            gradients = tape.gradient(scaled, variables)
+            for accumulated, gradient in zip(sums, gradients, strict=True):
+                if gradient is not None:
+                    accumulated.assign_add(tf.convert_to_tensor(gradient))
+            count.assign_add(tf.cast(tf.shape(ctc)[0], tf.float32))
+            return tf.where(feasible, ctc, float("inf"))
+
+        def replica_apply() -> None:
+            utterances = tf.distribute.get_replica_context().all_reduce("sum", tf.identity(count))
+            divisor = tf.maximum(utterances, 1.0)
+            gradients = [tf.identity(s) / divisor for s in sums]
+            apply_gradients(optimizer, gradients, variables, clip_norm)
+            for accumulated in sums:
+                accumulated.assign(tf.zeros_like(accumulated))
+            count.assign(0.0)
+
+        def add(batch: Any) -> Any:
+            return strategy.gather(strategy.run(replica_add, args=(batch,)), axis=0)
+
+        self._add = (tf.function(add, reduce_retracing=True) if element_spec is None
+                     else tf.function(add, input_signature=[element_spec]))
+        self._apply = tf.function(lambda: strategy.run(replica_apply))
+
+    def __call__(self, batch: Any) -> Any:
+        losses = self._add(batch)
+        self.pending += 1
+        if self.pending >= self.steps:
+            self.flush()
+        return losses
+
+    def flush(self) -> bool:
+        """Apply what is gathered (an epoch's last micro-batches); whether there was any."""
+        if not self.pending:
+            return False
+        self._apply()
+        self.pending = 0
+        return True

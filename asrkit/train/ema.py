@@ -1,0 +1,84 @@
+"""An exponential moving average (EMA) of the weights, for evaluation and export.
+
+With ``ema_decay = d`` > 0, shadow weights follow the trainable weights after every update::
+
+    shadow <- d * shadow + (1 - d) * weights
+
+starting from the weights the run starts with, so after N updates the shadow is
+``d**N * w_0 + (1 - d) * sum(d**(N - k) * w_k for k in 1..N)``. Only the raw weights train; the
+shadow is what dev evaluations score, what the best checkpoint is chosen by, and what
+``asrkit evaluate``, ``transcribe`` and ``export`` load (:func:`load_averaged`). Non-trainable
+weights (batch-norm statistics) are moving averages already and are used as they are.
+
+The shadow is saved in every checkpoint (as ``ema``), with ``ema_from_step`` in the loop state
+saying that it is there; a run resumed with ``ema_decay`` newly set starts its shadow from the
+weights it resumes with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+
+def shadow_of(model: Any) -> Any:
+    """A trackable holding one float variable per trainable weight of ``model``, initialised to
+    it (created in the current ``tf.distribute`` scope): the checkpoint's ``ema``."""
+    import tensorflow as tf
+
+    holder = tf.Module()
+    holder.weights = [tf.Variable(tf.identity(v.value), trainable=False)
+                      for v in model.trainable_variables]
+    return holder
+
+
+class WeightAverage:
+    """The shadow weights of ``model`` and the operations on them."""
+
+    def __init__(self, strategy: Any, model: Any, decay: float) -> None:
+        import tensorflow as tf
+
+        self.decay = decay
+        self.variables = model.trainable_variables
+        with strategy.scope():
+            self.trackable = shadow_of(model)
+        self.shadow = self.trackable.weights
+
+        @tf.function
+        def update() -> None:
+            for shadow, weight in zip(self.shadow, self.variables, strict=True):
+                shadow.assign(decay * shadow + (1.0 - decay) * weight.value)
+
+        self._update = update
+
+    def update(self) -> None:
+        """One more update of the weights: move the shadow towards them."""
+        self._update()
+
+    def reset(self) -> None:
+        """Start the average at the current weights."""
+        for shadow, weight in zip(self.shadow, self.variables, strict=True):
+            shadow.assign(weight.value)
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        """The model holds the shadow weights inside, its own weights again after."""
+        raw = [weight.value.read_value() for weight in self.variables]
+        for shadow, weight in zip(self.shadow, self.variables, strict=True):
+            weight.assign(shadow.read_value())
+        try:
+            yield
+        finally:
+            for value, weight in zip(raw, self.variables, strict=True):
+                weight.assign(value)
+
+
+def load_averaged(model: Any, trackable: Any, state: dict[str, Any]) -> bool:
+    """Put the shadow weights read into ``trackable`` (:func:`shadow_of`) into ``model`` when
+    the checkpoint whose ``state`` this is holds them; whether it did."""
+    if int(state.get("ema_from_step", -1)) < 0:
+        return False
+    for shadow, weight in zip(trackable.weights, model.trainable_variables, strict=True):
+        weight.assign(shadow.read_value())
+    return True

@@ -1,0 +1,33 @@
+"""Applying a step's gradients so that clipping sees the gradient of the whole global batch.
+
+Keras' optimiser clips (``global_clipnorm``) inside each replica, before it sums the replicas'
+gradients: with towers, each tower's share would be clipped on its own, and G devices would no
+longer behave like one batch G times larger. :func:`apply_gradients` therefore sums the shares
+itself first (an all-reduce), clips that sum (unscaled from the loss scale, as the optimiser
+would), and hands each replica ``1/G`` of the clipped sum: the optimiser's own sum of those is
+the clipped gradient, and its own clipping, now of a smaller norm than the bound, changes
+nothing. On one replica, or without clipping, the optimiser is used as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def apply_gradients(optimizer: Any, gradients: list[Any], variables: list[Any],
+                    clip_norm: float) -> None:
+    """Apply per-replica ``gradients`` (of the loss scaled by the optimiser's loss scale) to
+    ``variables`` in a replica context, clipping their sum over replicas to ``clip_norm``."""
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    replicas = context.num_replicas_in_sync if context is not None else 1
+    if clip_norm and replicas > 1:
+        present = [i for i, g in enumerate(gradients) if g is not None]
+        summed = context.all_reduce("sum", [tf.convert_to_tensor(gradients[i]) for i in present])
+        scale = tf.cast(getattr(optimizer, "dynamic_scale", 1.0), tf.float32)
+        clipped, _ = tf.clip_by_global_norm([g / scale for g in summed], clip_norm)
+        gradients = list(gradients)
+        for i, g in zip(present, clipped, strict=True):
+            gradients[i] = g * (scale / replicas)
+    optimizer.apply_gradients(zip(gradients, variables, strict=True))

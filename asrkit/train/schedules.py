@@ -1,0 +1,135 @@
+"""Learning-rate schedules: the rate of every step, from the settings and the loop state alone.
+
+::
+
+    rate(step) = shape(step) * lr_factor
+
+``shape`` is the schedule (``lr_schedule``), a pure function of the step:
+
+- ``constant``: a linear warm-up over ``warmup_steps``, then ``learning_rate``.
+- ``cosine``: the same warm-up, then half a cosine from ``learning_rate`` down to
+  ``lr_floor * learning_rate`` at the horizon (below), and the floor after it.
+- ``noam``: ``learning_rate * noam_d_model**-0.5 * min(s**-0.5, s * warmup_steps**-1.5)`` with
+  ``s`` the step counted from 1 ("Attention is all you need"; ``learning_rate`` is the factor,
+  typically 1 to 2).
+- ``newbob``: like ``constant``; its decay acts on ``lr_factor``.
+
+``lr_factor`` changes only after a dev evaluation (:func:`after_evaluation`): on a plateau
+(``plateau_patience`` evaluations without improvement: times ``plateau_factor``, with any
+schedule), and with ``newbob`` (RETURNN's rule) whenever the dev score improved on the previous
+evaluation's by less than ``newbob_threshold`` (relative): times ``newbob_factor``.
+
+Cosine's horizon, in updates: ``lr_decay_steps`` if set, else ``max_steps`` if set, else the
+run's ``epochs`` times the updates an epoch (counted at the end of the first epoch; estimated
+before it from the split's utterance count). With a time budget (``max_minutes``) the horizon is
+estimated once, after :data:`PROBE_STEPS` updates of this process: the updates done plus those
+the remaining minutes allow at the speed measured so far (the smaller of that and the epochs'
+horizon). Until a horizon is known the rate stays at ``learning_rate``, where cosine starts
+flat anyway.
+
+Everything the rate depends on besides the settings (``lr_factor``, the previous dev score, an
+estimated horizon) is in the loop state that every checkpoint saves, so a resumed run continues
+the same curve; a horizon once estimated is kept (set ``lr_decay_steps`` to change it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+#: Updates measured in this process before a time budget's horizon is estimated.
+PROBE_STEPS = 10
+
+
+def warmup(config: Any, step: int) -> float:
+    """The linear warm-up's factor for update ``step`` (counted from 0)."""
+    return min(1.0, (step + 1) / config.warmup_steps) if config.warmup_steps else 1.0
+
+
+def shape(config: Any, step: int, horizon: int | None) -> float:
+    """The schedule's rate for update ``step`` (counted from 0), before ``lr_factor``."""
+    base = config.learning_rate
+    if config.lr_schedule == "noam":
+        s = step + 1
+        return base * config.noam_d_model ** -0.5 * min(s ** -0.5,
+                                                         s * config.warmup_steps ** -1.5)
+    rate = base * warmup(config, step)
+    if config.lr_schedule != "cosine" or not horizon or step < config.warmup_steps:
+        return rate
+    progress = min(1.0, (step - config.warmup_steps) / max(1, horizon - config.warmup_steps))
+    floor = config.lr_floor
+    return base * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def horizon(config: Any, state: Any) -> int | None:
+    """Cosine's length in updates, when known (see the module docstring; :class:`Schedule`
+    keeps ``state.schedule_steps``)."""
+    return config.lr_decay_steps or config.max_steps or state.schedule_steps or None
+
+
+def learning_rate(config: Any, state: Any) -> float:
+    """The rate of the next update."""
+    return shape(config, state.global_step, horizon(config, state)) * state.lr_factor
+
+
+class Schedule:
+    """The run's schedule: :func:`learning_rate`, after settling cosine's horizon when it must
+    be estimated (``batches_per_epoch``: the split's estimate, until an epoch has counted them)."""
+
+    def __init__(self, config: Any, batches_per_epoch: int | None) -> None:
+        self.config = config
+        self.batches_per_epoch = batches_per_epoch
+        self.started = time.monotonic()
+        self.first_step: int | None = None
+
+    def rate(self, state: Any) -> float:
+        config = self.config
+        if self.first_step is None:
+            self.first_step = state.global_step
+        if config.lr_schedule == "cosine" and not (config.lr_decay_steps or config.max_steps):
+            state.schedule_steps = self._estimate(state)
+        return learning_rate(config, state)
+
+    def _estimate(self, state: Any) -> int:
+        """Updates in the whole run, or 0 while not yet known: by the epochs (again each time,
+        as an epoch's count replaces the estimate), and at most what the time budget allows
+        (estimated once, then kept in the state)."""
+        config = self.config
+        per_epoch = state.steps_per_epoch or self.batches_per_epoch
+        by_epochs = (config.epochs * math.ceil(per_epoch / config.accumulate_steps)
+                     if per_epoch else 0)
+        if not config.max_minutes:
+            return by_epochs
+        if state.schedule_steps:
+            return min(state.schedule_steps, by_epochs) if by_epochs else state.schedule_steps
+        done = state.global_step - (self.first_step or 0)
+        if done < PROBE_STEPS:
+            return 0
+        elapsed = time.monotonic() - self.started
+        left = max(0.0, config.max_minutes * 60 - elapsed)
+        by_time = state.global_step + int(left / (elapsed / done))
+        return min(by_time, by_epochs) if by_epochs else by_time
+
+
+def after_evaluation(config: Any, state: Any, score: float) -> str:
+    """Change ``state.lr_factor`` after a dev evaluation scored ``score`` (lower is better; the
+    caller has already counted it in ``state.evaluations_since_lr_change``); return why it
+    changed (``"plateau"``, ``"newbob"``) or ``""``."""
+    why = ""
+    patience = config.plateau_patience
+    if patience and state.evaluations_since_lr_change >= patience:
+        state.lr_factor *= config.plateau_factor
+        state.evaluations_since_lr_change = 0
+        why = "plateau"
+    previous = state.last_score
+    if config.lr_schedule == "newbob" and previous is not None:
+        if previous:
+            improvement = (previous - score) / abs(previous)
+        else:
+            improvement = 0.0 if score == previous else -math.inf
+        if not improvement >= config.newbob_threshold:  # NaN counts as no improvement
+            state.lr_factor *= config.newbob_factor
+            why = why or "newbob"
+    state.last_score = score if math.isfinite(score) else previous
+    return why

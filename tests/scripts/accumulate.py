@@ -1,0 +1,87 @@
+"""One accumulated update of micro-batches against one step on the whole batch, on one device
+and on two CPU "towers", with gradient clipping on.
+
+Run as a script (logical devices must be configured before TensorFlow starts). Prints, for each
+case, the largest absolute difference between the weights after the accumulated update and after
+the one big step, and the size of the update itself.
+"""
+
+import json
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+from asrkit.models.brnn import BRNN, BRNNConfig  # noqa: E402
+from asrkit.train.accumulate import AccumulatingStep  # noqa: E402
+from asrkit.train.config import TrainConfig  # noqa: E402
+from asrkit.train.engine import make_optimizer, make_train_step  # noqa: E402
+
+spec, config = BRNN(), BRNNConfig(n_hidden=48, n_cell=32, context=2, dropout=0.0)
+rng = np.random.default_rng(0)
+lengths = np.array([60, 45, 52, 38], np.int32)
+batch = {
+    "features": rng.normal(size=(4, 60, 26)).astype(np.float32)
+    * (np.arange(60)[None, :, None] < lengths[:, None, None]),
+    "feature_lengths": lengths,
+    "labels": rng.integers(0, 28, size=(4, 12)).astype(np.int32),
+    "label_lengths": np.array([12, 9, 10, 7], np.int32),
+}
+keras.utils.set_random_seed(7)
+initial = [w.copy() for w in spec.build(config, 26, 29).get_weights()]
+train = TrainConfig(learning_rate=0.01, clip_norm=0.5)  # a norm the gradient exceeds
+
+
+def part(start: int, stop: int) -> dict:
+    return {key: value[start:stop] for key, value in batch.items()}
+
+
+STRATEGIES: dict = {}
+
+
+def weights_after(devices: list[str], micro_batches: list[dict] | None) -> list[np.ndarray]:
+    """One update: of the whole batch (None), or accumulated over ``micro_batches``."""
+    # One strategy per device set: a second one over the same devices would clash with the
+    # first one's collective operations.
+    if tuple(devices) not in STRATEGIES:
+        STRATEGIES[tuple(devices)] = tf.distribute.MirroredStrategy(devices)
+    strategy = STRATEGIES[tuple(devices)]
+    with strategy.scope():
+        model = spec.build(config, 26, 29)
+        model.set_weights(initial)
+        optimizer = make_optimizer(train)
+        optimizer.build(model.trainable_variables)
+    if micro_batches is None:
+        step = make_train_step(strategy, model, optimizer, spec, config, clip_norm=train.clip_norm)
+        parts = [batch]
+    else:
+        step = AccumulatingStep(strategy, model, optimizer, spec, config, len(micro_batches),
+                                clip_norm=train.clip_norm)
+        parts = micro_batches
+    for data in parts:
+        for distributed in strategy.experimental_distribute_dataset(
+                tf.data.Dataset.from_tensors(data)):
+            step(distributed)
+    assert int(optimizer.iterations.numpy()) == 1, "one update, not one a micro-batch"
+    return model.get_weights()
+
+
+def difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
+
+
+whole = weights_after(["/cpu:0"], None)
+cases = {
+    "one_device_2x2": weights_after(["/cpu:0"], [part(0, 2), part(2, 4)]),
+    "one_device_3_and_1": weights_after(["/cpu:0"], [part(0, 3), part(3, 4)]),
+    "two_towers_2x2": weights_after(["/cpu:0", "/cpu:1"], [part(0, 2), part(2, 4)]),
+    # Not accumulation: the towers clip the sum of their gradients, not each its own share.
+    "two_towers_whole": weights_after(["/cpu:0", "/cpu:1"], None),
+}
+print(json.dumps({
+    "max_update": difference(whole, initial),
+    **{name: difference(weights, whole) for name, weights in cases.items()},
+}))
