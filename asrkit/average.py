@@ -15,8 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import click
-
 from asrkit.errors import AsrkitError
 
 
@@ -52,22 +50,3 @@ def average_run(folder: str | Path, last: int) -> dict[str, Any]:
     state = {"global_step": steps[-1], "averaged_steps": steps, "ema_from_step": -1}
     Checkpoints(checkpoints.folder, model=model).save(AVERAGED, steps[-1], state)
     return state
-
-
-@click.command("average")
-@click.argument("run", type=click.Path(exists=True, path_type=Path))
-@click.option("--last", type=click.IntRange(min=1), required=True,
-              help="How many of the run's newest kept checkpoints to average.")
-def average_command(run: Path, last: int) -> None:
-    """Average the weights of a run's last N checkpoints into its `averaged` checkpoint.
-
-    The run must keep them: train with -o keep_checkpoints=N. Then use it with
-    `asrkit evaluate RUN --checkpoint averaged` (also transcribe and export).
-    """
-    from asrkit.locks import folder_lock
-
-    with folder_lock(run, "averaging", "wait for the training to end"):
-        state = average_run(run, last)
-    steps = ", ".join(map(str, state["averaged_steps"]))
-    click.echo(f"averaged the checkpoints of steps {steps} into "
-               f"{run / 'checkpoints' / 'averaged.json'}")

@@ -9,8 +9,7 @@ parameters and FLOPs (:mod:`asrkit.analysis`). ``--plots DIR`` draws PNGs (:mod:
 Everything is read from the files a dataset or run already has (``dataset.json``, the split
 CSVs, ``metrics.jsonl``, ``checkpoints/latest.json``, ``report.json``); only a run without a
 ``model_analysis.json`` has one computed, which builds the model (no weights are read).
-Registered through the ``register_commands`` hook like any plugin's command; this module imports
-only click at start, the rest when the command runs.
+The command is :mod:`asrkit.commands.describe`.
 """
 
 from __future__ import annotations
@@ -21,10 +20,6 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import click
-
-from asrkit import hookimpl
 
 #: Quantiles printed for durations and transcript lengths.
 QUANTILES = {"min": 0.0, "p10": 0.1, "p25": 0.25, "median": 0.5, "p75": 0.75, "p90": 0.9,
@@ -368,47 +363,3 @@ def run_plots(d: dict[str, Any], extra: dict[str, Any], folder: Path) -> list[Pa
             f"{name}: WER by utterance duration ({report['split']}, {len(pairs)} utterances)",
             "duration (seconds)", "WER", percent=True))
     return [p for p in drawn if p is not None]
-
-
-# -- the command --------------------------------------------------------------------------------
-
-
-def is_run(target: str) -> bool:
-    return (Path(target) / "config.json").is_file()
-
-
-@click.command("describe")
-@click.argument("target", metavar="DATASET|RUN")
-@click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=None, help="Also write PNG plots into this folder.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
-def describe_command(target: str, plots_dir: Path | None, as_json: bool) -> None:
-    """Describe an imported dataset (a name under $ASRKIT_HOME/datasets or a folder) or a run.
-
-    A dataset: hours, utterances and speakers per split, durations, characters, what the import
-    skipped. A run: its settings, progress, best dev scores, report, parameters and FLOPs.
-    """
-    from asrkit.datasets import resolve_dataset
-
-    if is_run(target):
-        description, extra = describe_run(Path(target))
-        drawn = run_plots(description, extra, plots_dir) if plots_dir else []
-        text = run_text(description)
-    else:
-        dataset = resolve_dataset(target)
-        description, rows = describe_dataset(dataset)
-        drawn = dataset_plots(description, rows, plots_dir) if plots_dir else []
-        text = dataset_text(description)
-    if plots_dir is not None:
-        description["plots"] = [str(p) for p in drawn]
-    if as_json:
-        click.echo(json.dumps(description, indent=2))
-        return
-    click.echo(text)
-    if drawn:
-        click.echo(f"\nplots in {plots_dir}: {', '.join(p.name for p in drawn)}")
-
-
-@hookimpl
-def register_commands(cli: click.Group) -> None:
-    cli.add_command(describe_command)

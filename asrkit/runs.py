@@ -316,9 +316,13 @@ def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, A
 
     run = load_run(folder)
     model = run.spec.build(run.model_config, run.num_features(), run.alphabet.num_classes)
-    shadow = shadow_of(model)  # the moving average of the weights, when the run keeps one
+    # The moving average of the weights, when the run keeps one (an averaged checkpoint holds
+    # only the mean of the weights).
+    keeps_average = bool(run.train.ema_decay) and checkpoint != "averaged"
+    shadow = shadow_of(model) if keeps_average else None
+    trackables = {"model": model, **({"ema": shadow} if shadow is not None else {})}
     try:
-        state = Checkpoints(run.folder / "checkpoints", model=model, ema=shadow).restore(
+        state = Checkpoints(run.folder / "checkpoints", **trackables).restore(
             checkpoint, complete=True)
     except AsrkitError:
         changed = plugin_change(run.folder, "model", run.train.model)
@@ -330,7 +334,8 @@ def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, A
                           f"average {run.folder} --last N`")
     if state is None:
         raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
-    load_averaged(model, shadow, state)
+    if shadow is not None:
+        load_averaged(model, shadow, state)
     return run, model, state
 
 

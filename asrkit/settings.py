@@ -49,6 +49,8 @@ from typing import Any
 
 from asrkit.errors import AsrkitError
 
+#: Seeds reach numpy, which takes 0 to 2**32 - 1.
+MAX_SEED = 2**32 - 1
 #: The keys of a field's metadata holding its :class:`Range` and its one-line description.
 RANGE = "range"
 DOC = "doc"

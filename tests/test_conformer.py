@@ -10,7 +10,7 @@ import pytest
 
 from asrkit.models.conformer import Conformer, ConformerConfig
 from tests.conftest import SPEECH
-from tests.test_transcribe import add_serve_commands
+from tests.test_transcribe import add_commands
 
 SPEC = Conformer()
 #: Small but with every part: two blocks, two heads, a kernel wide enough to spill padding.
@@ -116,7 +116,7 @@ def test_bad_settings_are_one_line_errors():
 @pytest.fixture
 def cli(datasets, monkeypatch, make_plugins, asrkit_cli):
     monkeypatch.setenv("ASRKIT_HOME", str(datasets))
-    plugins = add_serve_commands(make_plugins(entry_points=True))
+    plugins = add_commands(make_plugins(entry_points=True))
     return lambda args: asrkit_cli(args, plugins)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_transcribe import LDC, add_serve_commands, make_tiny_run
+from tests.test_transcribe import LDC, add_commands, make_tiny_run
 
 #: float32 kernels that add in another order (TFLite's, XNNPACK's) differ by ~1e-6 here.
 TOLERANCE = 1e-4
@@ -66,7 +66,7 @@ def reference(tiny_run, audio):
 
 @pytest.fixture
 def cli(make_plugins, asrkit_cli):
-    plugins = add_serve_commands(make_plugins(entry_points=True))
+    plugins = add_commands(make_plugins(entry_points=True))
     return lambda args: asrkit_cli(args, plugins)
 
 

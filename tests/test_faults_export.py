@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_faults_data import one_line_error, snapshot
-from tests.test_transcribe import add_serve_commands, make_tiny_run
+from tests.test_transcribe import add_commands, make_tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def project(tmp_path_factory):
 
 @pytest.fixture
 def cli(make_plugins, asrkit_cli):
-    plugins = add_serve_commands(make_plugins(entry_points=True))
+    plugins = add_commands(make_plugins(entry_points=True))
     return lambda args: asrkit_cli([str(a) for a in args], plugins)
 
 

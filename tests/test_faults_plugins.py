@@ -139,7 +139,8 @@ def test_plugin_sorting_first_cannot_replace_a_builtin_command(hijack):
     (failure,) = listing["failures"]
     assert failure["name"] == "hijack" and "'train' already exists" in failure["error"]
     commands = {p["name"]: p["registered"].get("command") for p in listing["plugins"]}
-    assert commands["commands"] == ["evaluate", "train"]
+    assert commands["commands"] == ["average", "describe", "evaluate", "export", "train",
+                                    "transcribe"]
     assert commands["hijack"] is None
 
 
@@ -246,7 +247,7 @@ def test_two_third_party_duplicates_are_withheld(make_plugins):
     assert "toy" not in plugins.registry.names("importer")
     (problem,) = plugins.problems()
     assert "dist-one (plugin 'one') and dist-two (plugin 'two')" in problem
-    from asrkit.cli import _plugin_table
+    from asrkit.commands.plugins import _plugin_table
 
     assert "importer toy (withheld)" in _plugin_table(plugins)
 

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 from asrkit.data import augment
 from asrkit.data.shards import SAMPLE_RATE, feature_spec, parse, shard_paths
 from asrkit.errors import AsrkitError
+from asrkit.settings import MAX_SEED, setting, validate
 from asrkit.text import Alphabet
-from asrkit.train.config import MAX_SEED, setting, validate
 from asrkit.types import FeatureExtractor
 
 if TYPE_CHECKING:

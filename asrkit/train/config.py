@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from asrkit.errors import AsrkitError
 from asrkit.settings import (  # noqa: F401  (re-exported: older imports of these names)
     FALSE,
+    MAX_SEED,
     NONE,
     RANGE,
     TRUE,
@@ -35,8 +36,6 @@ from asrkit.settings import (  # noqa: F401  (re-exported: older imports of thes
 
 #: ``devices``: every GPU (empty), the CPU, GPU indices, or explicit device names.
 DEVICES_PATTERN = r"\s*(|cpu|\d+(\s*,\s*\d+)*|/[^,]+(,\s*/[^,]+)*)\s*"
-#: Seeds reach numpy, which takes 0 to 2**32 - 1.
-MAX_SEED = 2**32 - 1
 #: The sections of a run's configuration, as ``-o SECTION.KEY=VALUE`` names them.
 SECTIONS = ("train", "model", "features", "pipeline", "decoder")
 #: Learning-rate schedules (:mod:`asrkit.train.schedules`).

@@ -1,21 +1,11 @@
-"""asrkit's own top-level commands beyond ``plugins`` and ``import``: ``train``, ``evaluate`` and
-``average`` (:mod:`asrkit.average`).
-
-Registered through the ``register_commands`` hook from asrkit's own entry point, like any
-plugin's commands. TensorFlow is imported only when a command runs.
-"""
+"""``asrkit train``: train a model on an imported dataset (the work is :mod:`asrkit.train`'s)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
-
-from asrkit import hookimpl
-from asrkit.average import average_command
-from asrkit.runs import CHECKPOINTS
 
 
 @click.command("train")
@@ -116,57 +106,3 @@ def _fit(run: Any, progress: bool) -> Any:
         if error is None:
             raise
         raise error from None
-
-
-@click.command("evaluate")
-@click.argument("run", type=click.Path(exists=True, path_type=Path))
-@click.option("--split", "splits", multiple=True,
-              help="The split to score [default: test; with --watch, the run's dev split]; "
-                   "several with --watch.")
-@click.option("--decoder", default=None, help="Registered decoder [default: the run's].")
-@click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",
-              show_default=True, help="averaged: the one `asrkit average` wrote.")
-@click.option("--json", "json_file", type=click.Path(path_type=Path), default=None,
-              help="Also write the full results (every utterance) as JSON here ('-': stdout).")
-@click.option("-o", "settings", multiple=True, metavar="decoder.KEY=VALUE",
-              help="The decoder (decoder=NAME) or one of its settings, e.g. "
-                   "decoder.beam_width=100 (see docs/decoders.md).")
-@click.option("--watch", is_flag=True,
-              help="Score every checkpoint of the training as it is written, until the "
-                   "training has finished (docs/training.md).")
-@click.option("--best-by", type=click.Choice(["wer", "cer", "loss"]), default="wer",
-              show_default=True, help="With --watch: keep the checkpoint best by this metric "
-                                      "on the first split as RUN/watch/best-by-METRIC.")
-@click.option("--no-progress", is_flag=True, help="No progress bars.")
-def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, checkpoint: str,
-                     json_file: Path | None, settings: tuple[str, ...], watch: bool,
-                     best_by: str, no_progress: bool) -> None:
-    """Corpus WER and CER of a trained run on a split, with best, median and worst samples."""
-    from asrkit.errors import AsrkitError
-    from asrkit.evaluate import evaluate_run
-
-    if watch:
-        from asrkit.watch import watch_run
-
-        if json_file is not None:
-            raise AsrkitError("--watch writes RUN/evaluations.jsonl; --json is for one checkpoint")
-        watch_run(run, splits, decoder, settings, best_by, not no_progress, click.echo)
-        return
-    if len(splits) > 1:
-        raise AsrkitError("one --split at a time, or several with --watch")
-    split = splits[0] if splits else "test"
-    evaluation = evaluate_run(run, split, decoder, checkpoint, progress=not no_progress,
-                              decoder_settings=settings)
-    if json_file is not None and str(json_file) == "-":
-        click.echo(json.dumps(evaluation.to_json(), indent=2))
-        return
-    click.echo(evaluation.text())
-    if json_file is not None:
-        json_file.write_text(json.dumps(evaluation.to_json(), indent=2) + "\n")
-
-
-@hookimpl
-def register_commands(cli: click.Group) -> None:
-    cli.add_command(train_command)
-    cli.add_command(evaluate_command)
-    cli.add_command(average_command)

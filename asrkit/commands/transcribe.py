@@ -1,9 +1,5 @@
-"""``asrkit transcribe`` and ``asrkit export``: using a trained model outside training.
-
-Registered through the ``register_commands`` hook from asrkit's own entry point, as any plugin's
-commands are. The work is done by :mod:`asrkit.transcribe` and :mod:`asrkit.export`; TensorFlow
-is imported only when a command runs, so ``asrkit --help`` stays fast.
-"""
+"""``asrkit transcribe``: audio files to text with a run or an export (the work is
+:mod:`asrkit.transcribe`'s; TensorFlow is imported only when the command runs)."""
 
 from __future__ import annotations
 
@@ -13,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from asrkit import hookimpl
 from asrkit.errors import AsrkitError
 from asrkit.runs import CHECKPOINTS
 
@@ -100,38 +95,3 @@ def _echo(line: str, err: bool = False) -> None:
 
     with tqdm.external_write_mode():
         click.echo(line, err=err)
-
-
-@click.command("export")
-@click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["savedmodel", "tflite", "onnx"]),
-              default="savedmodel", show_default=True)
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
-              help="Folder to write [default: RUN/export/FORMAT].")
-@click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",
-              show_default=True)
-@click.option("--force", is_flag=True,
-              help="Replace an earlier export (only a folder asrkit wrote, holding nothing else).")
-@click.option("--json", "as_json", is_flag=True, help="Print the export's asrkit.json.")
-def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str, force: bool,
-                   as_json: bool) -> None:
-    """Export a trained run as a model that takes raw 16 kHz PCM (features inside).
-
-    Signatures `logits` and `transcribe` (greedy text), for float32 PCM in [-1, 1] and, as
-    `*_int16`, for int16 PCM. The export is checked against the checkpoint before it is written.
-    """
-    from asrkit.export import export_run
-
-    meta = export_run(run, fmt, output, checkpoint, force)
-    if as_json:
-        click.echo(json.dumps(meta, indent=2))
-        return
-    click.echo(f"exported {meta['model']} (step {meta['global_step']}) as {fmt} to "
-               f"{meta['path']}; logits match the checkpoint within "
-               f"{meta['verified_max_abs_diff']:.1e}")
-
-
-@hookimpl
-def register_commands(cli: click.Group) -> None:
-    cli.add_command(transcribe_command)
-    cli.add_command(export_command)

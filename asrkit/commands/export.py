@@ -1,0 +1,40 @@
+"""``asrkit export``: a run as a SavedModel, TFLite or ONNX model that takes raw PCM (the work is
+:mod:`asrkit.export`'s)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from asrkit.runs import CHECKPOINTS
+
+
+@click.command("export")
+@click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["savedmodel", "tflite", "onnx"]),
+              default="savedmodel", show_default=True)
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+              help="Folder to write [default: RUN/export/FORMAT].")
+@click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",
+              show_default=True)
+@click.option("--force", is_flag=True,
+              help="Replace an earlier export (only a folder asrkit wrote, holding nothing else).")
+@click.option("--json", "as_json", is_flag=True, help="Print the export's asrkit.json.")
+def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str, force: bool,
+                   as_json: bool) -> None:
+    """Export a trained run as a model that takes raw 16 kHz PCM (features inside).
+
+    Signatures `logits` and `transcribe` (greedy text), for float32 PCM in [-1, 1] and, as
+    `*_int16`, for int16 PCM. The export is checked against the checkpoint before it is written.
+    """
+    from asrkit.export import export_run
+
+    meta = export_run(run, fmt, output, checkpoint, force)
+    if as_json:
+        click.echo(json.dumps(meta, indent=2))
+        return
+    click.echo(f"exported {meta['model']} (step {meta['global_step']}) as {fmt} to "
+               f"{meta['path']}; logits match the checkpoint within "
+               f"{meta['verified_max_abs_diff']:.1e}")
