@@ -251,6 +251,14 @@ class TrainConfig:
     #: The model's size preset (:mod:`asrkit.presets`): auto (``full`` on GPUs, ``cpu`` on a
     #: CPU), a preset's name, or none. A run records the one it used.
     preset: str = setting("auto", pattern=r"[A-Za-z0-9_.-]+")
+    #: Fine-tuning: the run (``RUN:best`` or ``RUN:latest``) whose weights a new run starts
+    #: from, set by ``--init-from``; "" = random weights (:mod:`asrkit.train.finetune`).
+    init_from: str = ""
+    #: Layers not taken from ``init_from`` but initialised afresh: the output layer when the
+    #: alphabet differs (recorded by ``--init-from``), and any named here.
+    init_reset: tuple[str, ...] = ()
+    #: Layers whose weights training leaves unchanged (names as the model's layers).
+    freeze: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         validate(self)

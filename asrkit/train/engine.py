@@ -137,6 +137,10 @@ class Trainer:
         num_features = self.extractor.num_features(run.feature_config)
         with self.strategy.scope():
             self.model = self.spec.build(run.model_config, num_features, run.alphabet.num_classes)
+            if self.config.freeze:  # before the optimiser takes the trainable variables
+                from asrkit.train.finetune import freeze
+
+                freeze(self.model, self.config.freeze)
             self.optimizer = make_optimizer(self.config)
             self.optimizer.build(self.model.trainable_variables)
         self.checkpoints = Checkpoints(run.folder / "checkpoints", model=self.model,
@@ -212,12 +216,23 @@ class Trainer:
             state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
         if restored:
             self._metrics({"event": "resume", "epoch": state.epoch, "step": state.global_step})
-        elif self.chief:
-            from asrkit.analysis import write_model_analysis
+        else:
+            if self.config.init_from:  # fine-tuning: every worker loads the source's weights
+                from asrkit.train.finetune import initialise
 
-            self.run.save()
-            write_model_analysis(self.run.folder, self.model, self.spec, self.run.model_config,
-                                 self.run.feature_config, self.extractor)
+                loaded = initialise(self.model, self.config.init_from, self.config.init_reset)
+                if self.chief:
+                    tqdm.write(loaded)
+            if self.chief:
+                from asrkit.analysis import write_model_analysis
+
+                self.run.save()
+                write_model_analysis(self.run.folder, self.model, self.spec,
+                                     self.run.model_config, self.run.feature_config,
+                                     self.extractor)
+            if self.config.init_from:
+                self._metrics({"event": "init_from", "source": self.config.init_from,
+                               "reset": list(self.config.init_reset)})
         self.writer = (tf.summary.create_file_writer(str(self.run.folder / "tensorboard"))
                        if self.chief else tf.summary.create_noop_writer())
         self.bar = RunProgress(self.config, state, self._estimated_steps_per_epoch(),
