@@ -112,6 +112,7 @@ def test_auto_picks_by_the_towers():
     assert choose_rnn_impl("auto", gpus) == "keras"
     assert choose_rnn_impl("auto", ["/device:CPU:0"]) == "loop"
     assert choose_rnn_impl("auto", [gpus[0], "/device:CPU:0"]) == "loop"
+    assert choose_rnn_impl("auto", []) == "loop"
     assert choose_rnn_impl("loop", gpus) == "loop"
     assert choose_rnn_impl("keras", ["/device:CPU:0"]) == "keras"
 
@@ -122,8 +123,7 @@ def test_auto_is_the_loop_on_this_cpu(name):
 
     from asrkit.models.layers import tower_devices
 
-    if tf.config.list_logical_devices("GPU"):
-        pytest.skip("a GPU is visible")
+    assert tower_devices() == []  # evaluation, transcription, export: no towers
     assert build(name, "auto")[0].rnn_impl == "loop"
     with tf.distribute.OneDeviceStrategy("/cpu:0").scope():  # how the engine builds it
         assert all("CPU" in d for d in tower_devices())

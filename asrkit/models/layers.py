@@ -11,9 +11,9 @@ The recurrent layers here have two implementations over one set of weights:
   cuDNN accepts (tanh and sigmoid, no recurrent dropout, not unrolled, with biases,
   ``reset_after`` for the GRU; right-padded masks): on a GPU that is cuDNN's fused kernel.
 
-``auto`` (:func:`choose_rnn_impl`) takes ``keras`` when every tower is a GPU and ``loop``
-otherwise. Both read the same variables, so a checkpoint moves between them unchanged
-(``benchmarks/bench_rnn_paths.py`` measures the two).
+``auto`` (:func:`choose_rnn_impl`) takes ``keras`` when the model is built on towers that are
+all GPUs (training) and ``loop`` otherwise. Both read the same variables, so a checkpoint moves
+between them unchanged (``benchmarks/bench_rnn_paths.py`` measures the two).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ RNN_IMPLS = ("auto", "loop", "keras")
 def choose_rnn_impl(setting: str, devices: Sequence[str]) -> str:
     """``loop`` or ``keras`` for ``setting`` (one of :data:`RNN_IMPLS`) when the model runs on
     ``devices`` (TensorFlow device names of the towers): ``auto`` is ``keras`` (cuDNN) when
-    there are devices and all are GPUs, else ``loop``."""
+    there are towers and all are GPUs, else ``loop``."""
     if setting not in RNN_IMPLS:
         raise ValueError(f"rnn_impl {setting!r} is not one of {', '.join(RNN_IMPLS)}")
     if setting != "auto":
@@ -42,13 +42,13 @@ def choose_rnn_impl(setting: str, devices: Sequence[str]) -> str:
 
 
 def tower_devices() -> list[str]:
-    """The devices the model being built will run on: the towers of the distribution strategy
-    in scope (``asrkit train`` builds inside it), else every visible GPU, else the CPU (what
-    TensorFlow places ops on without a strategy: evaluation, transcription, export)."""
+    """The towers of the distribution strategy in scope (``asrkit train`` builds its model in
+    it); none without one. Evaluation, transcription and export build without a strategy, so
+    ``auto`` gives them the loop: a graph traced with cuDNN's op runs only on a GPU, and an
+    exported model must run anywhere."""
     if tf.distribute.has_strategy():
         return list(tf.distribute.get_strategy().extended.worker_devices)
-    gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
-    return gpus or ["/device:CPU:0"]
+    return []
 
 
 def clipped_relu(x: Any, clip: float = 20.0) -> Any:
@@ -161,8 +161,8 @@ class HoistedBiLSTM(HoistedBiRNN):
         units = self.units
         forget = tf.concat([tf.zeros([units]), tf.fill([units], float(self.forget_bias)),
                             tf.zeros([2 * units])], axis=0)  # the constant in Keras' one bias
-        return (self.kernel[index], self.recurrent_kernel[index],
-                self.bias[index][0] + tf.cast(forget, self.bias.dtype))
+        bias = self.bias[index][0]
+        return self.kernel[index], self.recurrent_kernel[index], bias + tf.cast(forget, bias.dtype)
 
     def _loop(self, projected: Any, index: int, batch: Any) -> Any:
         recurrent, forget_bias = self.recurrent_kernel[index], self.forget_bias

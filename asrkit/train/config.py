@@ -256,9 +256,9 @@ class TrainConfig:
     init_from: str = ""
     #: Layers not taken from ``init_from`` but initialised afresh: the output layer when the
     #: alphabet differs (recorded by ``--init-from``), and any named here.
-    init_reset: tuple[str, ...] = ()
+    init_reset: tuple[str, ...] = setting((), pattern=r"[^,\s]+", pattern_doc="layer names")
     #: Layers whose weights training leaves unchanged (names as the model's layers).
-    freeze: tuple[str, ...] = ()
+    freeze: tuple[str, ...] = setting((), pattern=r"[^,\s]+", pattern_doc="layer names")
 
     def __post_init__(self) -> None:
         validate(self)
