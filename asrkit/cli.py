@@ -108,12 +108,49 @@ def _plugin_table(plugins: PluginSet) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+#: The kinds with settings, the ``-o`` prefix of each, and how people call them.
+SETTING_KINDS = {"model": ("model.", "model"), "feature": ("features.", "feature extractor"),
+                 "decoder": ("decoder.", "decoder")}
+
+
+def _settings_of(plugins: PluginSet, name: str) -> list[tuple[str, str, type]]:
+    """``(kind, -o prefix, Config class)`` of every model, feature extractor or decoder called
+    ``name``; none is a one-line error listing what has settings."""
+    registry = plugins.registry
+    found = []
+    for kind, (prefix, _) in SETTING_KINDS.items():
+        if name in registry.names(kind):
+            obj = registry.get(kind, name)
+            found.append((kind, prefix, getattr(obj, "Config", None) or type(obj.config)))
+    if not found:
+        known = "; ".join(f"{label}s: {', '.join(registry.names(kind)) or 'none'}"
+                          for kind, (_, label) in SETTING_KINDS.items())
+        raise AsrkitError(f"no model, feature extractor or decoder named {name!r} ({known})")
+    return found
+
+
 @click.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--settings", "settings_of", metavar="NAME", default=None,
+              help="List the settings of the model, feature extractor or decoder NAME: "
+                   "their -o keys, types, defaults and what is allowed.")
 @click.pass_obj
-def plugins_command(plugins: PluginSet, as_json: bool) -> None:
+def plugins_command(plugins: PluginSet, as_json: bool, settings_of: str | None) -> None:
     """List installed plugins, what each registers, and any that failed to load."""
-    if as_json:
+    from asrkit.settings import describe, settings_table
+
+    if settings_of is not None:
+        found = _settings_of(plugins, settings_of)
+        if as_json:
+            click.echo(json.dumps([
+                {"kind": kind, "name": settings_of, "prefix": prefix,
+                 "settings": [s.to_json() for s in describe(config)]}
+                for kind, prefix, config in found], indent=2))
+            return
+        click.echo("\n\n".join(
+            f"{SETTING_KINDS[kind][1]} {settings_of} (-o {prefix}KEY=VALUE):\n"
+            + settings_table(config, prefix) for kind, prefix, config in found))
+    elif as_json:
         click.echo(json.dumps(plugins.as_json(), indent=2))
     else:
         click.echo(_plugin_table(plugins))

@@ -40,7 +40,8 @@ from asrkit import hookimpl
                    "starts the output layer afresh. -o freeze=LAYER,... keeps layers fixed.")
 @click.option("-o", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Set any setting: epochs=5, model.n_hidden=100, features.normalize=feature, "
-                   "pipeline.num_buckets=8 (see docs/training.md).")
+                   "pipeline.num_buckets=8, decoder=beam, decoder.beam_width=50 (see "
+                   "docs/training.md; `asrkit plugins --settings NAME` lists them).")
 @click.option("--workers", default=None, metavar="HOST:PORT,...",
               help="Train on several machines: every worker's address, the same list on each "
                    "(TensorFlow's MultiWorkerMirroredStrategy; an existing TF_CONFIG also works).")
@@ -144,20 +145,41 @@ def _fit(run: Any, progress: bool) -> Any:
 
 @click.command("evaluate")
 @click.argument("run", type=click.Path(exists=True, path_type=Path))
-@click.option("--split", default="test", show_default=True)
+@click.option("--split", "splits", multiple=True,
+              help="The split to score [default: test; with --watch, the run's dev split]; "
+                   "several with --watch.")
 @click.option("--decoder", default=None, help="Registered decoder [default: the run's].")
 @click.option("--checkpoint", type=click.Choice(["best", "latest"]), default="best",
               show_default=True)
 @click.option("--json", "json_file", type=click.Path(path_type=Path), default=None,
               help="Also write the full results (every utterance) as JSON here ('-': stdout).")
 @click.option("-o", "settings", multiple=True, metavar="decoder.KEY=VALUE",
-              help="A decoder setting, e.g. decoder.beam_width=100 (see docs/decoders.md).")
+              help="The decoder (decoder=NAME) or one of its settings, e.g. "
+                   "decoder.beam_width=100 (see docs/decoders.md).")
+@click.option("--watch", is_flag=True,
+              help="Score every checkpoint of the training as it is written, until the "
+                   "training has finished (docs/training.md).")
+@click.option("--best-by", type=click.Choice(["wer", "cer", "loss"]), default="wer",
+              show_default=True, help="With --watch: keep the checkpoint best by this metric "
+                                      "on the first split as RUN/watch/best-by-METRIC.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
-def evaluate_command(run: Path, split: str, decoder: str | None, checkpoint: str,
-                     json_file: Path | None, settings: tuple[str, ...], no_progress: bool) -> None:
+def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, checkpoint: str,
+                     json_file: Path | None, settings: tuple[str, ...], watch: bool,
+                     best_by: str, no_progress: bool) -> None:
     """Corpus WER and CER of a trained run on a split, with best, median and worst samples."""
+    from asrkit.errors import AsrkitError
     from asrkit.evaluate import evaluate_run
 
+    if watch:
+        from asrkit.watch import watch_run
+
+        if json_file is not None:
+            raise AsrkitError("--watch writes RUN/evaluations.jsonl; --json is for one checkpoint")
+        watch_run(run, splits, decoder, settings, best_by, not no_progress, click.echo)
+        return
+    if len(splits) > 1:
+        raise AsrkitError("one --split at a time, or several with --watch")
+    split = splits[0] if splits else "test"
     evaluation = evaluate_run(run, split, decoder, checkpoint, progress=not no_progress,
                               decoder_settings=settings)
     if json_file is not None and str(json_file) == "-":

@@ -270,7 +270,7 @@ def describe_run(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     description = {
         "run": str(folder),
         "model": run.train.model,
-        "features": run.spec.features,
+        "features": run.train.features,
         "config": run.to_json(),
         "dataset": {
             "name": run.train.dataset,

@@ -38,6 +38,9 @@ class Evaluation:
     utterances: list[UtteranceResult] = field(default_factory=list)
     #: Which weights were scored, when known: ``{"kind": "best", "step": 1200, ...}``.
     checkpoint: dict[str, Any] | None = None
+    #: The decoder's settings (its ``config`` as JSON), and those that differ from its defaults.
+    decoder_settings: dict[str, Any] = field(default_factory=dict)
+    decoder_changed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def wer(self) -> float:
@@ -61,7 +64,8 @@ class Evaluation:
 
         return {
             **({"checkpoint": self.checkpoint} if self.checkpoint else {}),
-            "split": self.split, "decoder": self.decoder, "utterances": len(self.utterances),
+            "split": self.split, "decoder": self.decoder,
+            "decoder_settings": self.decoder_settings, "utterances": len(self.utterances),
             "wer": self.wer, "cer": self.cer, "loss": self.loss,
             "word_errors": self.total.word_errors, "words": self.total.words,
             "char_errors": self.total.char_errors, "chars": self.total.chars,
@@ -71,7 +75,8 @@ class Evaluation:
 
     def text(self) -> str:
         lines = [f"{self.split}: {len(self.utterances)} utterances, WER {self.wer:.2%}, "
-                 f"CER {self.cer:.2%}, loss {self.loss:.3f} ({self.decoder} decoder)"]
+                 f"CER {self.cer:.2%}, loss {self.loss:.3f} ({self.decoder} decoder"
+                 + "".join(f", {k}={v}" for k, v in self.decoder_changed.items()) + ")"]
         if self.checkpoint:
             lines.insert(0, f"checkpoint: {self.checkpoint['kind']} "
                             f"(step {self.checkpoint['step']})")
@@ -122,7 +127,36 @@ def evaluate_dataset(predict: Any, batches: Any, decoder: Any, alphabet: Any, sp
     results.sort(key=lambda u: u.id)
     finite = [u.loss for u in results if math.isfinite(u.loss)]
     total = corpus_score([u.reference for u in results], [u.hypothesis for u in results])
-    return Evaluation(split, decoder.name, sum(finite) / max(1, len(finite)), total, results)
+    settings, changed = describe_decoder(decoder)
+    return Evaluation(split, decoder.name, sum(finite) / max(1, len(finite)), total, results,
+                      decoder_settings=settings, decoder_changed=changed)
+
+
+def describe_decoder(decoder: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The decoder's settings as JSON, and those that differ from its defaults as the command
+    line writes them (for the report's first line)."""
+    from asrkit.settings import format_value, to_dict
+
+    config = to_dict(decoder.config)
+    defaults = to_dict(type(decoder.config)())
+    return config, {k: format_value(getattr(decoder.config, k)) for k, v in config.items()
+                    if defaults.get(k) != v}
+
+
+def choose_decoder(run: Any, name: str | None, settings: Sequence[str]) -> Any:
+    """The decoder an evaluation of ``run`` uses: ``-o decoder=NAME`` or ``name`` (``--decoder``)
+    or the run's, with ``-o decoder.KEY=VALUE`` applied over the run's decoder settings (when
+    it is the run's decoder) or the decoder's defaults."""
+    from asrkit import plugins
+    from asrkit.decoders import configure, split_settings
+    from asrkit.errors import AsrkitError
+
+    chosen, pairs = split_settings(settings)
+    if chosen and name and chosen != name:
+        raise AsrkitError(f"--decoder {name} and -o decoder={chosen} disagree: give one")
+    name = chosen or name or run.train.decoder
+    decoder = run.decoder if name == run.train.decoder else plugins.get("decoder", name)
+    return configure(decoder, pairs)
 
 
 def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | None = None,
@@ -133,13 +167,17 @@ def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | No
 
     from asrkit.data.pipeline import make_dataset
     from asrkit.data.shards import damaged_dataset_error
-    from asrkit.decoders import load_decoder
-    from asrkit.runs import load_run_model
+    from asrkit.decoders import try_decoder
+    from asrkit.runs import load_run, load_run_model
 
+    # The decoder first: a bad setting, or a file it needs and lacks, is said before the
+    # model loads.
+    run = load_run(folder)
+    decoder = choose_decoder(run, decoder_name, decoder_settings)
+    try_decoder(decoder, run.alphabet)
     run, model, state = load_run_model(folder, checkpoint)
     spec, extractor = run.spec, run.extractor
     scored = warn_if_latest_unscored(run.folder, state)
-    decoder = load_decoder(decoder_name or run.train.decoder, decoder_settings)
     batches = make_dataset(run.dataset, split, run.alphabet, extractor, run.feature_config,
                            run.pipeline.for_evaluation())
     predict = make_predict(model, spec, run.model_config,

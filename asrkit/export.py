@@ -1,4 +1,5 @@
-"""Exporting a trained run as a self-contained model: SavedModel or TFLite, features inside.
+"""Exporting a trained run as a self-contained model: SavedModel, TFLite or ONNX (the last in
+:mod:`asrkit.export_onnx`), features inside.
 
 A served model should take what a microphone or a WAV file gives, not asrkit's features, so an
 export holds the whole path from raw 16 kHz mono PCM to logits and to greedy text::
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from asrkit import outputs
 from asrkit.errors import AsrkitError
+from asrkit.frames import check_sample_rate, frame_seconds
 from asrkit.types import SAMPLE_RATE
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 
     from asrkit.runs import Run
 
-FORMATS = ("savedmodel", "tflite")
+FORMATS = ("savedmodel", "tflite", "onnx")
 #: The export's description, beside the model.
 METADATA_FILE = "asrkit.json"
 TFLITE_FILE = "model.tflite"
@@ -65,8 +67,6 @@ VERIFY_TOLERANCE = 1e-3
 #: Seconds of the synthetic signal an export is verified on (long enough for a few hundred
 #: frames, short enough to cost well under a second).
 VERIFY_SECONDS = 1.5
-#: ``output_length`` is evaluated at this many frames to find the model's time subsampling.
-_SUBSAMPLING_PROBE = 1000
 
 
 class ExportError(AsrkitError):
@@ -74,16 +74,6 @@ class ExportError(AsrkitError):
 
 
 # -- a run's model ------------------------------------------------------------------------------
-
-
-def frame_seconds(run: Run) -> float:
-    """Seconds per output frame: the feature step times the model's time subsampling (10 ms for
-    ``brnn``, 20 ms for ``ds2``). Word times are measured in these frames."""
-    from asrkit.features import frame_geometry
-
-    _, step = frame_geometry(run.feature_config)
-    out = int(run.spec.output_length(run.model_config, _SUBSAMPLING_PROBE))
-    return step / run.feature_config.sample_rate * (_SUBSAMPLING_PROBE / max(1, out))
 
 
 def make_logits_fn(run: Run, model: Any) -> Callable[[Any], Any]:
@@ -100,9 +90,7 @@ def make_logits_fn(run: Run, model: Any) -> Callable[[Any], Any]:
     extractor, feature_config = run.extractor, run.feature_config
     context = run.pipeline.context
     spec, model_config = run.spec, run.model_config
-    if feature_config.sample_rate != SAMPLE_RATE:
-        raise ExportError(f"{run.folder}: features at {feature_config.sample_rate} Hz; asrkit "
-                          f"decodes audio to {SAMPLE_RATE} Hz")
+    check_sample_rate(feature_config, str(run.folder))
 
     def logits_fn(audio: Any) -> Any:
         features = tf.cast(extractor.extract(audio, feature_config), tf.float32)
@@ -148,14 +136,16 @@ def serving_module(run: Run, model: Any, with_text: bool = True) -> tf.Module:
         # TFLite each signature traces its own copy.)
         logits_fn = tf.function(logits_fn, input_signature=float_pcm)
 
+    seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
+
     class Serving(tf.Module):
         def __init__(self) -> None:
             super().__init__(name="asrkit_serving")
             self.model_variables = [getattr(v, "value", v) for v in model.variables]
             # Readable without asrkit: loaded.alphabet.numpy(), loaded.frame_seconds.numpy().
             self.alphabet = tf.Variable(list(alphabet.symbols), trainable=False, name="alphabet")
-            self.frame_seconds = tf.Variable(frame_seconds(run), trainable=False,
-                                             dtype=tf.float32, name="frame_seconds")
+            self.frame_seconds = tf.Variable(seconds, trainable=False, dtype=tf.float32,
+                                             name="frame_seconds")
             self.sample_rate = tf.Variable(SAMPLE_RATE, trainable=False, name="sample_rate")
             self._symbols = tf.constant(list(alphabet.symbols))
 
@@ -219,8 +209,12 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         module = serving_module(run, model, with_text=True)
         if fmt == "savedmodel":
             _save(module, staging)
-        else:
+        elif fmt == "tflite":
             _write_tflite(run, model, staging)
+        else:
+            from asrkit.export_onnx import write_onnx
+
+            write_onnx(run, model, staging)
         meta = _metadata(run, fmt, checkpoint, state)
         run.alphabet.save(staging / "alphabet.txt")
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -286,7 +280,7 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
     from asrkit import __version__
 
     signatures = ["logits", "transcribe", "logits_int16", "transcribe_int16"]
-    return {
+    meta = {
         "format": fmt,
         "asrkit_version": __version__,
         "model": run.spec.name,
@@ -296,7 +290,7 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
         "global_step": state.get("global_step"),
         "decoder": run.train.decoder,
         "sample_rate": SAMPLE_RATE,
-        "frame_seconds": frame_seconds(run),
+        "frame_seconds": frame_seconds(run.feature_config, run.spec, run.model_config),
         "alphabet": list(run.alphabet.symbols),
         "blank": run.alphabet.blank,
         "file": TFLITE_FILE if fmt == "tflite" else "saved_model.pb",
@@ -305,6 +299,11 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
                     "transcribe": ["labels", "characters"] + (["text"] if fmt == "savedmodel"
                                                               else [])},
     }
+    if fmt == "onnx":
+        from asrkit.export_onnx import metadata
+
+        meta.update(metadata())
+    return meta
 
 
 def verification_audio(seconds: float = VERIFY_SECONDS) -> np.ndarray:
@@ -340,11 +339,11 @@ def verify_export(folder: Path, module: Any) -> float:
 
 
 def is_export(path: str | Path) -> bool:
-    """Whether ``path`` is an asrkit export folder (or a ``.tflite`` file)."""
+    """Whether ``path`` is an asrkit export folder (or a ``.tflite`` or ``.onnx`` file)."""
     path = Path(path)
     if path.is_file():
-        return path.suffix == ".tflite"
-    return (path / "saved_model.pb").exists() or (path / TFLITE_FILE).exists()
+        return path.suffix in (".tflite", ".onnx")
+    return any((path / name).exists() for name in ("saved_model.pb", TFLITE_FILE, "model.onnx"))
 
 
 def tflite_interpreter(path: str | Path, num_threads: int | None = None) -> Any:
@@ -377,7 +376,13 @@ class ExportedModel:
         self.metadata: dict[str, Any] = (json.loads(meta_file.read_text())
                                          if meta_file.exists() else {})
         self.path = path
-        if path.is_file() or not (folder / "saved_model.pb").exists():
+        onnx_file = path if path.is_file() else folder / "model.onnx"
+        if onnx_file.suffix == ".onnx" and onnx_file.is_file():
+            from asrkit.export_onnx import OnnxModel
+
+            self.format = "onnx"
+            self._onnx = OnnxModel(onnx_file, self.metadata.get("alphabet"))
+        elif path.is_file() or not (folder / "saved_model.pb").exists():
             model_file = path if path.is_file() else folder / TFLITE_FILE
             self.format = "tflite"
             self._interpreter = tflite_interpreter(model_file)
@@ -400,6 +405,8 @@ class ExportedModel:
         import numpy as np
 
         audio = np.ascontiguousarray(audio, dtype=np.float32)
+        if self.format == "onnx":
+            return self._onnx.run(signature, audio)
         if self.format == "tflite":
             runner = self._runners.get(signature)
             if runner is None:

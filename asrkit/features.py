@@ -27,17 +27,15 @@ the command line (it is a plugin entry point) and must stay cheap to import.
 from __future__ import annotations
 
 import functools
-import math
-import numbers
 from abc import abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from asrkit import hookimpl
-from asrkit.errors import AsrkitError
+from asrkit.frames import FeatureError, count_frames, frame_geometry
 from asrkit.hookspecs import Register
-from asrkit.train.config import setting, validate
-from asrkit.types import SAMPLE_RATE, FeatureExtractor
+from asrkit.settings import setting, validate
+from asrkit.types import FeatureConfig, FeatureExtractor
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,21 +54,16 @@ NORMALIZATIONS = ("none", "feature", "utterance")
 NORMALIZE_EPSILON = 1e-5
 
 
-class FeatureError(AsrkitError):
-    """A feature configuration that cannot work (e.g. more cepstra than filters)."""
-
-
 # -- configurations -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class MFCCConfig:
-    """python_speech_features' ``mfcc`` parameters; the defaults are the Deep Speech notebook's."""
+class MFCCConfig(FeatureConfig):
+    """python_speech_features' ``mfcc`` parameters; the defaults are the Deep Speech notebook's
+    (with :class:`~asrkit.types.FeatureConfig`'s framing: 25 ms windows every 10 ms, 16 kHz)."""
 
     num_cepstra: int = setting(26, min=1)
     num_filters: int = setting(26, min=1)
-    window_ms: float = setting(25.0, above=0)
-    step_ms: float = setting(10.0, above=0)
     fft_length: int = setting(512, min=1)
     preemphasis: float = setting(0.97, min=0, max=1)
     lifter: int = setting(22, min=0)
@@ -81,7 +74,6 @@ class MFCCConfig:
     #: MFCCs of int16 samples; 1.0 analyses [-1, 1] floats. Only c0 changes (by 2 ln(scale)).
     pcm_scale: float = setting(INT16_SCALE, above=0)
     normalize: str = setting("none", choices=NORMALIZATIONS)
-    sample_rate: int = setting(SAMPLE_RATE, min=1)
 
     def __post_init__(self) -> None:
         validate(self, FeatureError)
@@ -94,12 +86,10 @@ class MFCCConfig:
 
 
 @dataclass(frozen=True)
-class LogMelConfig:
+class LogMelConfig(FeatureConfig):
     """Log mel filterbank energies, as modern CTC models (Conformer, QuartzNet) read them."""
 
     num_mel_bins: int = setting(80, min=1)
-    window_ms: float = setting(25.0, above=0)
-    step_ms: float = setting(10.0, above=0)
     fft_length: int = setting(512, min=1)
     preemphasis: float = setting(0.97, min=0, max=1)
     #: "hann" (periodic, as tf.signal and torch use) or "rectangular".
@@ -110,7 +100,6 @@ class LogMelConfig:
     log_guard: float = setting(2.0**-24, above=0)
     pcm_scale: float = setting(1.0, above=0)
     normalize: str = setting("none", choices=NORMALIZATIONS)
-    sample_rate: int = setting(SAMPLE_RATE, min=1)
 
     def __post_init__(self) -> None:
         validate(self, FeatureError)
@@ -133,31 +122,7 @@ def _check_common(config: MFCCConfig | LogMelConfig) -> None:
         )
 
 
-# -- framing ------------------------------------------------------------------------------------
-
-
-def _round_half_up(value: float) -> int:
-    # python_speech_features rounds the window and step in samples half up (not to even).
-    return math.floor(value + 0.5)
-
-
-def frame_geometry(config: MFCCConfig | LogMelConfig) -> tuple[int, int]:
-    """The analysis window and step in samples."""
-    window = _round_half_up(config.window_ms / 1000 * config.sample_rate)
-    step = _round_half_up(config.step_ms / 1000 * config.sample_rate)
-    return window, step
-
-
-def count_frames(num_samples: Any, window: int, step: int) -> Any:
-    """Frames of ``num_samples`` samples as python_speech_features frames them: one frame for
-    anything up to a window, else ``1 + ceil((num_samples - window) / step)``, the last frame
-    zero-padded. Works on Python ints and on integer tensors."""
-    if isinstance(num_samples, numbers.Integral):
-        return 1 + max(0, -(-(int(num_samples) - window) // step))
-    import tensorflow as tf
-
-    n = tf.cast(num_samples, tf.int32)
-    return 1 + tf.maximum(0, -((window - n) // step))
+# -- the spectrum (frame counts are asrkit.frames') --------------------------------------------
 
 
 def _preemphasize(audio: tf.Tensor, coefficient: float) -> tf.Tensor:
@@ -353,13 +318,8 @@ def context_windows(features: tf.Tensor, context: int) -> tf.Tensor:
 
 
 class SpectralExtractor(FeatureExtractor):
-    """Shared framing of the spectral extractors: pre-emphasis, python_speech_features' framing,
-    power spectrum; subclasses turn the power spectrum into features."""
-
-    def num_frames(self, num_samples: Any, config: Any) -> Any:
-        """Frames out for ``num_samples`` samples in (Python int or integer tensor)."""
-        window, step = frame_geometry(config)
-        return count_frames(num_samples, window, step)
+    """Shared framing of the spectral extractors: pre-emphasis, python_speech_features' framing
+    (:mod:`asrkit.frames`), power spectrum; subclasses turn the power spectrum into features."""
 
     @abstractmethod
     def _window(self, config: Any) -> np.ndarray | None:

@@ -54,6 +54,15 @@ def _read_owner(descriptor: int) -> dict[str, Any]:
     return owner if isinstance(owner, dict) else {}
 
 
+def _owner_of_held_lock(descriptor: int, patience: float = 2.0) -> dict[str, Any]:
+    """The owner of a lock another process holds. It writes its name just after it takes the
+    lock, so a process that lost the race by a hair waits a moment to read it, to name it."""
+    deadline = time.monotonic() + patience
+    while not (owner := _read_owner(descriptor)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return owner
+
+
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, purpose: str,
                 hint: str = "wait for it to finish") -> Iterator[None]:
@@ -68,7 +77,7 @@ def folder_lock(folder: str | Path, purpose: str,
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
-            owner = _read_owner(descriptor)
+            owner = _owner_of_held_lock(descriptor)
             os.close(descriptor)
             if error.errno not in (errno.EAGAIN, errno.EACCES):
                 raise AsrkitError(f"cannot lock {path} ({error.strerror}); the filesystem "

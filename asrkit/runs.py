@@ -4,7 +4,7 @@ exported or compared later.
 ::
 
     runs/<name>/
-      config.json        the effective configuration: train, model, features, pipeline
+      config.json        the effective configuration: train, model, features, pipeline, decoder
       plugins.json       installed plugins and versions (``asrkit plugins --json``)
       alphabet.txt       the alphabet the labels use
       checkpoints/       latest.json + best.json pointers and their checkpoint folders
@@ -24,16 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from asrkit.data.manifest import DATASET_JSON, load_dataset_json, write_json
+from asrkit.decoders import decoder_config, try_decoder
 from asrkit.errors import AsrkitError
+from asrkit.frames import check_sample_rate
+from asrkit.settings import from_dict, override, to_dict
 from asrkit.text import Alphabet
-from asrkit.train.config import (
-    TrainConfig,
-    check_names,
-    from_dict,
-    override,
-    split_overrides,
-    to_dict,
-)
+from asrkit.train.config import TrainConfig, check_names, split_overrides
 
 
 def resolve_dataset(name: str) -> Path:
@@ -63,6 +59,12 @@ class Run:
     alphabet: Alphabet
     #: For a new run: which preset it uses and why (printed by ``asrkit train``).
     preset_note: str = ""
+    #: The feature width the run's model was built for (``num_features`` in ``config.json``;
+    #: None in runs saved before it was recorded).
+    feature_width: int | None = None
+    #: The ``Config`` of ``train.decoder`` (dev scoring, the report); ``None``: its defaults; a
+    #: dict: as saved, for a decoder not installed here.
+    decoder_config: Any = None
 
     @property
     def spec(self) -> Any:
@@ -74,7 +76,31 @@ class Run:
     def extractor(self) -> Any:
         from asrkit import plugins
 
-        return plugins.get("feature", self.spec.features)
+        return plugins.get("feature", self.train.features or self.spec.features)
+
+    def num_features(self) -> int:
+        """The width of the extractor's features, which the model is built from; a one-line
+        error when it is not the width the run was trained with (the extractor's plugin
+        changed since), instead of a checkpoint that does not fit."""
+        width = int(self.extractor.num_features(self.feature_config))
+        if self.feature_width is not None and width != self.feature_width:
+            raise AsrkitError(
+                f"{self.folder} was trained on {self.feature_width} features a frame from "
+                f"extractor {self.extractor.name!r}, which now gives {width}: install the "
+                "version of its plugin the run was trained with"
+            )
+        return width
+
+    @property
+    def decoder(self) -> Any:
+        """``train.decoder`` with this run's decoder settings."""
+        from asrkit import plugins
+
+        decoder = plugins.get("decoder", self.train.decoder)
+        config = self.decoder_config
+        if isinstance(config, dict):
+            config = from_dict(type(decoder.config), config)
+        return decoder if config is None else decoder.with_config(config)
 
     @property
     def dataset(self) -> Path:
@@ -82,13 +108,16 @@ class Run:
 
     def to_json(self) -> dict[str, Any]:
         return {"train": to_dict(self.train), "model": to_dict(self.model_config),
-                "features": to_dict(self.feature_config), "pipeline": to_dict(self.pipeline)}
+                "features": to_dict(self.feature_config), "pipeline": to_dict(self.pipeline),
+                "decoder": (self.decoder_config if isinstance(self.decoder_config, dict)
+                            else to_dict(self.decoder.config))}
 
     def save(self) -> None:
         from asrkit.plugins import get_plugins
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_json(self.folder / "config.json", self.to_json())
+        width = self.feature_width or self.num_features()
+        write_json(self.folder / "config.json", {**self.to_json(), "num_features": width})
         write_json(self.folder / "plugins.json", get_plugins().as_json())
         self.alphabet.save(self.folder / "alphabet.txt")
 
@@ -122,18 +151,27 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     spec = plugins.get("model", requested.model)
     preset, why = choose_preset(spec, requested.preset, requested.devices)
     from_preset = preset_overrides(spec, preset)
+    features = requested.features or spec.features
+    if features != spec.features:  # the preset's feature settings are for the model's own
+        tuned = [pair for pair in from_preset if pair.startswith("features.")]
+        from_preset = [pair for pair in from_preset if pair not in tuned]
+        if tuned:
+            why += f"; its {spec.features} settings are not applied to {features}"
     # The preset first; a named option (--batch-size) and every -o win over it.
     presets = [(k, v) for k, v in split_overrides(from_preset).get("train", []) if k not in named]
-    train = replace(_overridden(_overridden(train, presets), users), preset=preset or "none")
+    train = replace(_overridden(_overridden(train, presets), users), preset=preset or "none",
+                    features=features)
     check_names(train)
     sections = split_overrides(from_preset + list(overrides))
+    decoder = decoder_config(train.decoder, sections.get("decoder", []))
     model_config = spec.Config()
     for key, value in sections.get("model", []):
         model_config = override(model_config, key, value)
-    extractor = plugins.get("feature", spec.features)
+    extractor = plugins.get("feature", features)
     feature_config = extractor.Config()
     for key, value in sections.get("features", []):
         feature_config = override(feature_config, key, value)
+    check_sample_rate(feature_config, f"features {features!r}")  # and that it declares framing
     pipeline = PipelineConfig(batch_size=train.batch_size, seed=train.seed)
     for key, value in sections.get("pipeline", []):
         if key in ("batch_size", "seed"):
@@ -142,9 +180,12 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     dataset = resolve_dataset(train.dataset)
     alphabet_file = dataset / "alphabet.txt"
     alphabet = Alphabet.load(alphabet_file) if alphabet_file.exists() else Alphabet()
-    folder = folder or next_run_folder(train.model)
-    return Run(folder, train, model_config, feature_config, pipeline, alphabet,
-               preset_note=f"preset: {preset or 'none'} ({why})")
+    run = Run(folder or Path(), train, model_config, feature_config, pipeline, alphabet,
+              preset_note=f"preset: {preset or 'none'} ({why})",
+              feature_width=int(extractor.num_features(feature_config)),
+              decoder_config=decoder)
+    try_decoder(run.decoder, alphabet)  # e.g. a language model it needs: now, not at the end
+    return replace(run, folder=folder or next_run_folder(train.model))
 
 
 def same_run(run: Run) -> Run:
@@ -185,7 +226,7 @@ def override_run(run: Run, overrides: list[str]) -> Run:
     sections = split_overrides(overrides)
     saved = {"model": run.model_config, "features": run.feature_config, "pipeline": run.pipeline}
     for section, pairs in sections.items():
-        if section == "train":
+        if section in ("train", "decoder"):  # the decoder only reads the weights
             continue
         for key, value in pairs:  # the run's own value again (the same command line) is fine
             if override(saved[section], key, value) != saved[section]:
@@ -195,10 +236,18 @@ def override_run(run: Run, overrides: list[str]) -> Run:
                 )
     train = run.train
     for key, value in sections.get("train", []):
+        if key == "features" and (value or run.spec.features) != run.train.features:
+            raise AsrkitError(f"-o features={value}: a resumed run keeps its feature extractor "
+                              f"({run.train.features}); train a new run for another")
         train = override(train, key, value)
     check_names(train)
     pipeline = replace(run.pipeline, batch_size=train.batch_size, seed=train.seed)
-    return replace(run, train=train, pipeline=pipeline)
+    same = train.decoder == run.train.decoder and not isinstance(run.decoder_config, dict)
+    decoder = decoder_config(train.decoder, sections.get("decoder", []),
+                             to_dict(run.decoder_config) if same and run.decoder_config else None)
+    changed = replace(run, train=train, pipeline=pipeline, decoder_config=decoder)
+    try_decoder(changed.decoder, changed.alphabet)
+    return changed
 
 
 def load_run(folder: str | Path) -> Run:
@@ -221,8 +270,16 @@ def load_run(folder: str | Path) -> Run:
             "continued or evaluated without it: train again in a new --run-dir"
         ) from None
     train = from_dict(TrainConfig, saved["train"])
+    decoder = saved.get("decoder")  # absent in runs older than decoder settings: the defaults
+    if not isinstance(decoder, dict):
+        decoder = None
+    elif train.decoder in plugins.get_plugins().registry.names("decoder"):
+        decoder = decoder_config(train.decoder, saved=decoder)
     spec = plugins.get("model", train.model)
-    extractor = plugins.get("feature", spec.features)
+    # Runs saved before the extractor was recorded read the model's own.
+    train = replace(train, features=train.features or spec.features)
+    extractor = plugins.get("feature", train.features)
+    width = saved.get("num_features")
     return Run(
         folder,
         train,
@@ -230,6 +287,8 @@ def load_run(folder: str | Path) -> Run:
         from_dict(extractor.Config, saved["features"]),
         from_dict(PipelineConfig, saved["pipeline"]),
         Alphabet.load(folder / "alphabet.txt"),
+        feature_width=width if isinstance(width, int) else None,
+        decoder_config=decoder,
     )
 
 
@@ -247,8 +306,7 @@ def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, A
     from asrkit.train.checkpoints import Checkpoints
 
     run = load_run(folder)
-    model = run.spec.build(run.model_config, run.extractor.num_features(run.feature_config),
-                           run.alphabet.num_classes)
+    model = run.spec.build(run.model_config, run.num_features(), run.alphabet.num_classes)
     state = Checkpoints(run.folder / "checkpoints", model=model).restore(checkpoint)
     if state is None:
         raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")

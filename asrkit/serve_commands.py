@@ -103,7 +103,7 @@ def _echo(line: str, err: bool = False) -> None:
 
 @click.command("export")
 @click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["savedmodel", "tflite"]),
+@click.option("--format", "fmt", type=click.Choice(["savedmodel", "tflite", "onnx"]),
               default="savedmodel", show_default=True)
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Folder to write [default: RUN/export/FORMAT].")

@@ -28,7 +28,7 @@ Words, times and confidence
     the greedy path itself when the text is the greedy text, else a Viterbi forced alignment of
     the text on the logits (beam or language-model decoders). A word spans its first character's
     first frame to its last character's last frame, in output frames of
-    :func:`asrkit.export.frame_seconds` (10 ms for ``brnn``, 20 ms for ``ds2``). Its confidence is
+    :func:`asrkit.frames.frame_seconds` (10 ms for ``brnn``, 20 ms for ``ds2``). Its confidence is
     the geometric mean over its characters of each character's softmax probability (averaged
     over the frames that emit it): a geometric mean, so that one unsure character makes the
     word unsure, and per character, so that a long confident vowel cannot hide it.
@@ -163,12 +163,13 @@ class CheckpointRecognizer(Recognizer):
     def __init__(self, folder: str | Path, checkpoint: str = "best") -> None:
         import tensorflow as tf
 
-        from asrkit.export import frame_seconds, make_logits_fn
+        from asrkit.export import make_logits_fn
+        from asrkit.frames import frame_seconds
         from asrkit.runs import load_run_model
 
         run, model, state = load_run_model(folder, checkpoint)
         self.alphabet = run.alphabet
-        self.frame_seconds = frame_seconds(run)
+        self.frame_seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
         self.default_decoder = run.train.decoder
         self.name = f"{run.folder} ({run.spec.name}, step {state.get('global_step', '?')})"
         self._model = model  # keeps the variables the function reads alive

@@ -15,7 +15,9 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from asrkit.settings import setting, validate
 
 if TYPE_CHECKING:
     import click
@@ -116,12 +118,39 @@ class Importer(ABC):
         return text
 
 
+class AcousticModel(Protocol):
+    """What :meth:`ModelSpec.build` returns: a ``keras.Model`` (checkpoints track its
+    variables, exports read them), called by the engine, ``asrkit evaluate``, ``asrkit
+    transcribe`` and ``asrkit export`` exactly as::
+
+        logits = model((features, lengths), training=training)
+
+    - ``features``: float32 ``[batch, time, num_features]``, the utterances padded to the
+      batch's longest. Frames at or past an utterance's length may hold anything (zeros from
+      the pipeline, noise in the contract checks): the model must not let them reach that
+      utterance's logits, so that its logits alone (``asrkit transcribe``) and in any padded
+      batch (``asrkit evaluate``, training) are the same.
+    - ``lengths``: int32 ``[batch]``, each utterance's frames (at least 1).
+    - ``training``: a Python bool; dropout and batch statistics only when true.
+    - ``logits``: ``[batch, time', num_classes]`` with ``time' = output_length(time)``, float32
+      (float16 under mixed precision; callers cast), unnormalised (CTC applies the softmax).
+      Utterance ``i``'s valid logits are its first ``output_length(lengths[i])`` frames; the
+      rest are ignored.
+
+    The logits' lengths are not returned: callers compute them with
+    :meth:`ModelSpec.output_length`. ``asrkit.testing.check_model`` checks all of this.
+    """
+
+    def __call__(self, inputs: tuple[Any, Any], training: bool = False) -> Any: ...
+
+
 class ModelSpec(ABC):
     """A network architecture trainable with ``asrkit train --model <name>``.
 
     ``Config`` is a frozen dataclass holding every hyperparameter with its default.
-    ``build`` returns a Keras model from padded features ``[batch, time, features]`` to logits
-    ``[batch, time', classes]``; ``output_length`` maps ``time`` to ``time'``.
+    ``build(config, num_features, num_classes)`` returns an :class:`AcousticModel` (the call
+    contract is there); ``time_stride(config)`` declares how many input frames make one logit
+    frame, from which ``output_length`` follows.
     """
 
     name: ClassVar[str]
@@ -136,32 +165,151 @@ class ModelSpec(ABC):
     presets: ClassVar[dict[str, dict[str, str]]] = {}
 
     @abstractmethod
-    def build(self, config: Any, num_features: int, num_classes: int) -> Any:
-        """Return an uncompiled Keras model."""
+    def build(self, config: Any, num_features: int, num_classes: int) -> AcousticModel:
+        """Return an uncompiled Keras model with its variables created, keeping the
+        :class:`AcousticModel` contract; ``num_classes`` includes the blank (the last)."""
+
+    def time_stride(self, config: Any) -> int:
+        """Input frames per logit frame (the model's subsampling of time): 1 unless the model
+        subsamples. Exports derive seconds per logit frame from it."""
+        return 1
 
     def output_length(self, config: Any, length: Any) -> Any:
-        """Frames out for ``length`` frames in; identity unless the model subsamples time."""
-        return length
+        """Logit frames for ``length`` feature frames (a Python int or an int32 tensor):
+        ``ceil(length / time_stride)``, the CTC lengths of training and evaluation. A model
+        declares its ``time_stride`` and produces that many frames; it does not override this."""
+        stride = self.time_stride(config)
+        return length if stride == 1 else (length + stride - 1) // stride
+
+
+@dataclass(frozen=True)
+class NoSettings:
+    """The ``Config`` of a decoder that has no settings."""
 
 
 class Decoder(ABC):
-    """Turns logits into text: ``decode(logits, lengths, alphabet)``."""
+    """Turns logits into text: ``decode(logits, lengths, alphabet) -> list[str]``.
+
+    The contract the core uses, and nothing else (``asrkit evaluate``, ``asrkit train``,
+    ``asrkit transcribe``, ``asrkit plugins --settings``):
+
+    - ``Config``: a frozen dataclass of the decoder's settings with their defaults, declared
+      with :func:`asrkit.settings.setting` (``NoSettings`` when there are none). The command
+      line sets its fields with ``-o decoder.KEY=VALUE``, typed by :mod:`asrkit.settings`.
+    - ``decoder.config``: this decoder's settings, a ``Config``.
+    - ``decoder.with_config(config)``: a new decoder of the same kind using ``config`` (a
+      ``Config``); the registered instance keeps its defaults. ``with_config(**changes)``
+      replaces single fields of this decoder's config.
+    - ``decode(logits, lengths, alphabet)``: one transcript per utterance of the batch.
+
+    The defaults here serve a decoder whose ``__init__`` takes only ``config``: it stores it
+    (``None``: the defaults). A decoder with another ``__init__`` overrides ``with_config``.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
+    Config: ClassVar[type] = NoSettings
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = self.Config() if config is None else config
+
+    @property
+    def config(self) -> Any:
+        """This decoder's settings (the ``Config`` defaults if its ``__init__`` set none)."""
+        config = self.__dict__.get("_config")
+        return self.Config() if config is None else config
+
+    @config.setter
+    def config(self, config: Any) -> None:
+        self.__dict__["_config"] = self._checked(config)
+
+    def _checked(self, config: Any) -> Any:
+        if not isinstance(config, self.Config):
+            from asrkit.errors import AsrkitError
+
+            raise AsrkitError(f"the {self.name} decoder takes a {self.Config.__qualname__}, "
+                              f"not {type(config).__name__}")
+        return config
+
+    def with_config(self, config: Any = None, /, **changes: Any) -> Decoder:
+        """A new decoder with ``config`` (default: this decoder's) and the fields in
+        ``changes`` replaced; an unknown field or a value not allowed is an
+        :class:`~asrkit.errors.AsrkitError`."""
+        import dataclasses
+
+        from asrkit.errors import AsrkitError
+
+        base = self._checked(self.config if config is None else config)
+        known = {f.name for f in dataclasses.fields(self.Config)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise AsrkitError(
+                f"unknown option(s) {', '.join(unknown)} for the {self.name} decoder; "
+                f"known: {', '.join(sorted(known)) or 'none'}"
+            )
+        changed = dataclasses.replace(base, **changes)
+        validate(changed)
+        return type(self)(changed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config!r})"
 
     @abstractmethod
     def decode(self, logits: Any, lengths: Any, alphabet: Any) -> list[str]:
-        """Decode a batch of logits ``[batch, time, classes]`` with valid ``lengths``."""
+        """Decode a batch of logits ``[batch, time, classes]`` (unnormalised; the blank last)
+        with valid ``lengths`` (``None``: every frame) into one string per utterance."""
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """What every feature extractor's ``Config`` declares: how it frames audio.
+
+    An extractor's ``Config`` subclasses this (adding its own settings, all with defaults), so
+    that the core can count frames without running it (:mod:`asrkit.frames`): the importer's
+    and the engine's check that a transcript fits its audio, the seconds a batch holds, word
+    times in transcripts, an export's ``frame_seconds``. Window and step are rounded half up to
+    whole samples.
+    """
+
+    #: The rate of the audio ``extract`` reads, in Hz; asrkit's audio is always 16 kHz.
+    sample_rate: int = setting(SAMPLE_RATE, min=1)
+    #: The analysis window, in milliseconds.
+    window_ms: float = setting(25.0, above=0)
+    #: The hop from one frame to the next, in milliseconds: the features' time resolution.
+    step_ms: float = setting(10.0, above=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 class FeatureExtractor(ABC):
     """Computes features from 16 kHz audio inside the TensorFlow graph (``tf.signal``), so that
-    they run in ``tf.data`` and on the accelerator."""
+    they run in ``tf.data`` and on the accelerator.
+
+    The contract (``asrkit.testing.features.check_extractor`` checks it):
+
+    - ``Config`` is a frozen dataclass subclassing :class:`FeatureConfig`: every setting has a
+      default, and ``sample_rate``, ``window_ms`` and ``step_ms`` say how audio is framed (the
+      core reads those three; a ``Config`` without them is a one-line error at ``train``).
+    - ``extract(audio, config)`` takes float32 audio ``[samples]`` in [-1, 1] (``samples >= 1``)
+      and returns float32 ``[frames, num_features(config)]``, finite, with
+      ``frames = asrkit.frames.Framing.of(config).frames(samples)``: one frame for anything up
+      to a window, else ``1 + ceil((samples - window) / step)`` (the last frame zero-padded).
+      Per-utterance normalisation, if any, is part of it.
+    - ``extract_batch(audio, lengths, config)`` takes a zero-padded batch ``[batch, samples]``
+      with the valid ``lengths`` and returns ``(features [batch, frames, num_features],
+      frame_lengths [batch])``: each utterance's first ``frame_lengths[i]`` frames equal
+      ``extract`` of its own samples alone (whatever the padding), ``frames`` is the largest
+      length, and frames past an utterance's end are zero. The default runs ``extract`` on each
+      utterance; an extractor overrides it when it can do the batch at once.
+
+    Both run inside ``tf.data`` and ``tf.function``: TensorFlow operations only, shapes that may
+    be unknown until run time, and no Python side effects.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
-    Config: ClassVar[type]
+    Config: ClassVar[type[FeatureConfig]]
 
     @abstractmethod
     def num_features(self, config: Any) -> int:
@@ -169,7 +317,34 @@ class FeatureExtractor(ABC):
 
     @abstractmethod
     def extract(self, audio: Any, config: Any) -> Any:
-        """Features ``[frames, num_features]`` of float32 audio ``[samples]`` in [-1, 1]."""
+        """Features ``[frames, num_features]`` float32 of float32 audio ``[samples]`` in
+        [-1, 1]; ``frames`` as the config's framing counts them (see the class docstring)."""
+
+    def num_frames(self, num_samples: Any, config: Any) -> Any:
+        """Frames out for ``num_samples`` samples in (a Python int or an integer tensor)."""
+        from asrkit.frames import Framing
+
+        return Framing.of(config).frames(num_samples)
+
+    def extract_batch(self, audio: Any, lengths: Any, config: Any) -> tuple[Any, Any]:
+        """Features of a zero-padded batch ``[batch, samples]`` with ``lengths`` (samples):
+        ``([batch, frames, num_features], frame_lengths [batch])``, each utterance's frames
+        as ``extract`` gives them alone, zeros past its end."""
+        import tensorflow as tf
+
+        audio = tf.convert_to_tensor(audio, tf.float32)
+        lengths = tf.cast(lengths, tf.int32)
+        frame_lengths = self.num_frames(lengths, config)
+        frames = tf.reduce_max(frame_lengths)
+        width = self.num_features(config)
+
+        def one(index: Any) -> Any:
+            features = tf.cast(self.extract(audio[index, : lengths[index]], config), tf.float32)
+            return tf.pad(features, [[0, frames - tf.shape(features)[0]], [0, 0]])
+
+        features = tf.map_fn(one, tf.range(tf.shape(audio)[0]),
+                             fn_output_signature=tf.TensorSpec([None, width], tf.float32))
+        return features, frame_lengths
 
 
 #: What each ``register_*`` hook accepts, by registry kind.

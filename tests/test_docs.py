@@ -62,10 +62,11 @@ def test_cli_reference_covers_the_commands():
             assert option in reference, f"docs/cli.md does not document {option}"
 
 
-def tutorial_files() -> dict[str, str]:
+def tutorial_files(package: str = "asrkit-importer-foo") -> dict[str, str]:
+    """The files of the tutorial's plugin ``package``: ``file=PATH`` code blocks under it."""
     text = (DOCS / "writing-a-plugin.md").read_text()
     blocks = re.findall(r"^```\w+ file=(\S+)\n(.*?)^```", text, re.S | re.M)
-    return dict(blocks)
+    return {name: body for name, body in blocks if name.startswith(f"{package}/")}
 
 
 def test_tutorial_plugin_installs_and_passes_its_tests(tmp_path):

@@ -279,6 +279,8 @@ def test_killed_import_resumes_byte_identical(toy_site, corpus_server, tmp_path)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         assert not (dataset / "dataset.json").exists()
+    # What a kill in the middle of writing a converted file leaves (named by process id).
+    (dataset / "audio" / "train" / "lj000.wav.4242.partial").write_bytes(b"RIFF")
     finished = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     assert finished.returncode == 0, finished.stderr
     assert_same_tree(tree(dataset), tree(reference / "datasets" / "toy"))

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from asrkit.testing.models import make_tiny_run
 from asrkit.text import Alphabet
 from asrkit.transcribe import (
     Recognizer,
@@ -217,37 +218,6 @@ def test_a_decoder_whose_text_differs_is_aligned_to_the_logits():
 
 
 # -- the real thing: files, CLI, runs and exports -----------------------------------------------
-
-
-def make_tiny_run(folder: Path, seed: int = 3) -> Path:
-    """A run folder as ``asrkit train`` leaves it (config, alphabet, a ``best`` checkpoint) of a
-    tiny randomly initialised brnn: what export and transcription read, built in a second."""
-    import keras
-
-    from asrkit.data.pipeline import PipelineConfig
-    from asrkit.export import make_logits_fn
-    from asrkit.features import MFCCConfig
-    from asrkit.models.brnn import BRNNConfig
-    from asrkit.runs import Run
-    from asrkit.text import Alphabet
-    from asrkit.train.checkpoints import Checkpoints
-    from asrkit.train.config import TrainConfig
-    from asrkit.transcribe import load_audio
-
-    run = Run(folder, TrainConfig(model="brnn"), BRNNConfig(**TINY), MFCCConfig(),
-              PipelineConfig(), Alphabet())
-    run.save()
-    keras.utils.set_random_seed(seed)
-    model = run.spec.build(run.model_config, 26, run.alphabet.num_classes)
-    # Random weights favour one or two classes everywhere. Raise the space's bias until it wins
-    # a third of the frames of a real utterance, so that the model "speaks" in words.
-    audio = load_audio(LDC / "LDC93S1.wav").astype(np.float32) / 32768
-    logits = make_logits_fn(run, model)(audio).numpy()
-    margin = np.max(logits[:, 1:], axis=1) - logits[:, 0]
-    bias = model.get_layer("logits").bias
-    bias.assign(bias.numpy() + np.eye(29)[0] * np.quantile(margin, 1 / 3))
-    Checkpoints(folder / "checkpoints", model=model).save("best", 7, {"global_step": 7})
-    return folder
 
 
 @pytest.fixture(scope="module")

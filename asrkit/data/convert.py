@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from asrkit.data.audio import cut, decode, wav_bytes
-from asrkit.types import SAMPLE_RATE
+from asrkit.frames import fits
+from asrkit.types import SAMPLE_RATE, FeatureConfig
 
 #: Linux's prctl option that sends a signal to a process when its parent dies.
 PR_SET_PDEATHSIG = 1
@@ -37,7 +38,10 @@ class SegmentJob:
     path: str  # output path relative to the dataset folder
     start: float | None
     end: float | None
-    labels: int  # transcript length in labels, for the CTC length check
+    #: Transcript length in labels, for the CTC length check. No model is chosen at import, so
+    #: the check is the loosest: 10 ms frames (asrkit's framing), none subsampled. A run checks
+    #: its own model and features again (:mod:`asrkit.frames`).
+    labels: int
 
 
 @dataclass(frozen=True)
@@ -47,15 +51,6 @@ class SegmentResult:
     size: int
     reason: str | None  # why it was skipped, or None
     detail: str = ""  # the decoder's own words, for unreadable audio
-
-
-def feature_frames(samples: int) -> int:
-    """10 ms feature frames of ``samples`` (the ``mfcc`` extractor's framing): CTC needs at
-    least as many as the transcript has labels."""
-    from asrkit.features import MFCCConfig, count_frames, frame_geometry
-
-    window, step = frame_geometry(MFCCConfig())
-    return count_frames(samples, window, step)
 
 
 def convert_member(
@@ -76,7 +71,7 @@ def convert_member(
             reason = "no audio"
         elif len(piece) > max_seconds * SAMPLE_RATE:
             reason = "too long"
-        elif feature_frames(len(piece)) < job.labels:
+        elif not fits(len(piece), job.labels, FeatureConfig()):
             reason = "too short for its transcript"
         if reason:
             results.append(SegmentResult(job.key, len(piece), 0, reason))

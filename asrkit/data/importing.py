@@ -217,6 +217,15 @@ def distinct_ids(utterances: list[Utterance], importer: Importer) -> list[str]:
 # -- stage 4: convert --------------------------------------------------------------------------
 
 
+def remove_partials(dataset: Path) -> None:
+    """Delete the half-written files (``*.partial``) of a killed import of ``dataset``: the
+    converters name theirs by process id, so a rerun would never write over them. The import
+    holds the dataset's lock, so no other process is writing them."""
+    for partial in dataset.rglob("*.partial"):
+        if partial.is_file() and not partial.is_symlink():
+            partial.unlink(missing_ok=True)
+
+
 class Journal:
     """Finished members, one JSON line each; a torn last line (killed mid-write) is ignored."""
 
@@ -456,6 +465,8 @@ def _import(importer: Importer, options: Mapping[str, Any], config: ImportConfig
     if saved.exists() and json.loads(saved.read_text()) != fingerprint:
         outputs.remove(dataset, outputs.DATASET, inputs)  # an unfinished import of other options
     outputs.claim(dataset, outputs.DATASET)
+    if state.exists():
+        remove_partials(dataset)
     state.mkdir(exist_ok=True)
     write_json(saved, fingerprint)
 

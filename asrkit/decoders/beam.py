@@ -1,12 +1,15 @@
-"""``beam``: CTC prefix beam search without a language model, and the base class of every decoder
-built on :mod:`asrkit.decoders.prefix` (the kenlm plugin's language-model decoder is one).
+"""``beam``: CTC prefix beam search without a language model, and :class:`BeamSearchDecoder`, the
+public base of every decoder built on the one search (:mod:`asrkit.decoders.prefix`): a
+language-model decoder is a ``BeamSearchDecoder`` whose :meth:`~BeamSearchDecoder.make_scorer`
+returns a :class:`~asrkit.decoders.scoring.WordScorer` (the kenlm plugin's decoder is one).
 
 Why a beam at all without a language model: best-path (``greedy``) decoding takes the single most
 likely alignment; the beam sums the probability of all alignments of a transcript it keeps, so a
 transcript spread over several moderately likely alignments can win. It also yields an n-best list
 with probabilities (:meth:`BeamSearchDecoder.decode_nbest`).
 
-Options are a frozen dataclass, ``BeamDecoder.Config``; a configured decoder is a new object::
+Settings are a frozen dataclass, ``BeamDecoder.Config``; a configured decoder is a new object
+(the :class:`~asrkit.types.Decoder` contract)::
 
     decoder = BeamDecoder().with_config(beam_width=500)
     decoder = BeamDecoder(BeamDecoder.Config(beam_width=500, token_min_logp=None))
@@ -16,21 +19,17 @@ The module imports nothing heavy: numpy and the search load when a decoder first
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from abc import abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from asrkit import hookimpl
+from asrkit.decoders.scoring import Hypothesis, WordScorer
 from asrkit.errors import AsrkitError
-from asrkit.train.config import setting, validate
+from asrkit.settings import setting, validate
 from asrkit.types import Decoder
 
 if TYPE_CHECKING:
-    from asrkit.decoders.prefix import Hypothesis, PrefixBeamSearch
-
-D = TypeVar("D", bound="BeamSearchDecoder")
+    from asrkit.decoders.prefix import PrefixBeamSearch
 
 #: Utterances searched side by side (see PrefixBeamSearch.search_batch): enough to amortise
 #: the per-frame cost of numpy calls, few enough to keep the arrays in cache ...
@@ -40,26 +39,10 @@ BATCH = 32
 BATCH_PREFIXES = 6400
 
 
-def check_search_options(beam_width: int, token_min_logp: float | None,
-                         beam_prune_logp: float | None) -> None:
-    """Reject search options that cannot work, with a message naming the option."""
-    if not isinstance(beam_width, int) or beam_width < 1:
-        raise AsrkitError(f"beam_width must be a positive integer, not {beam_width!r}")
-    if token_min_logp is not None and (math.isnan(token_min_logp) or token_min_logp > 0):
-        raise AsrkitError(
-            f"token_min_logp is a log-probability (<= 0; none or -inf: no pruning), "
-            f"not {token_min_logp!r}"
-        )
-    if beam_prune_logp is not None and (math.isnan(beam_prune_logp) or beam_prune_logp > 0):
-        raise AsrkitError(
-            f"beam_prune_logp is a log-probability ratio (<= 0; none: no pruning), "
-            f"not {beam_prune_logp!r}"
-        )
-
-
 @dataclass(frozen=True)
 class BeamConfig:
-    """Options of the ``beam`` decoder (``-o decoder.NAME=VALUE`` on the command line)."""
+    """Settings of the ``beam`` decoder (``-o decoder.NAME=VALUE`` on the command line); the
+    three search settings every :class:`BeamSearchDecoder`'s ``Config`` has."""
 
     #: Prefixes kept after each frame. Cost grows about linearly with it.
     beam_width: int = setting(100, min=1)
@@ -77,58 +60,45 @@ class BeamConfig:
 
 
 class BeamSearchDecoder(Decoder):
-    """A decoder running :class:`~asrkit.decoders.prefix.PrefixBeamSearch`: subclasses set
-    ``Config`` (a frozen dataclass) and build the search for an alphabet in :meth:`make_search`.
-
-    The configuration API every such decoder shares:
-
-    - ``type(decoder).Config``: the options, with their defaults;
-    - ``decoder.config``: this decoder's options;
-    - ``decoder.with_config(config=None, **changes)``: a new decoder with ``config`` (default:
-      this one's) and the fields in ``changes`` replaced. Decoders are immutable: the registered
-      instance keeps its defaults.
+    """A decoder running :class:`~asrkit.decoders.prefix.PrefixBeamSearch`, optionally with a
+    word scorer (a language model). A subclass sets ``name``, ``description`` and ``Config`` (a
+    frozen dataclass with at least ``beam_width``, ``token_min_logp`` and ``beam_prune_logp``,
+    as :class:`BeamConfig`), and, for a language model, :meth:`make_scorer`. The settings API is
+    the :class:`~asrkit.types.Decoder` contract: ``Config``, ``config``, ``with_config``.
     """
 
-    Config: ClassVar[type]
+    Config: ClassVar[type] = BeamConfig
+    #: The symbol that ends a word, for the scorer (it must be in the alphabet).
+    word_delimiter: ClassVar[str] = " "
     #: Hypotheses read out beyond the ``n`` asked for, for :meth:`finish` to merge or drop.
     spare_hypotheses: ClassVar[int] = 0
 
     def __init__(self, config: Any = None) -> None:
-        if config is None:
-            config = self.Config()
-        if not isinstance(config, self.Config):
-            raise AsrkitError(
-                f"the {self.name} decoder takes a {self.Config.__qualname__}, "
-                f"not {type(config).__name__}"
-            )
-        self.config = config
+        super().__init__(config)
         # Built per alphabet on first use: the search precomputes tables for its alphabet.
         self._searches: dict[tuple[str, ...], PrefixBeamSearch] = {}
 
-    def with_config(self: D, config: Any = None, /, **changes: Any) -> D:
-        """A new decoder with ``config`` (default: this decoder's) and ``changes`` applied;
-        an unknown option is an :class:`~asrkit.errors.AsrkitError` naming the known ones."""
-        base = self.config if config is None else config
-        if not isinstance(base, self.Config):
-            raise AsrkitError(
-                f"the {self.name} decoder takes a {self.Config.__qualname__}, "
-                f"not {type(base).__name__}"
-            )
-        known = {f.name for f in dataclasses.fields(self.Config)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise AsrkitError(
-                f"unknown option(s) {', '.join(unknown)} for the {self.name} decoder; "
-                f"known: {', '.join(sorted(known))}"
-            )
-        return type(self)(dataclasses.replace(base, **changes))
+    def make_scorer(self, alphabet: Any) -> WordScorer | None:
+        """The word scorer (language model) for ``alphabet``; ``None``: acoustics alone."""
+        return None
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.config!r})"
-
-    @abstractmethod
     def make_search(self, alphabet: Any) -> PrefixBeamSearch:
-        """The search for ``alphabet`` with this decoder's options."""
+        """The search for ``alphabet`` with this decoder's settings and scorer."""
+        from asrkit.decoders.prefix import PrefixBeamSearch
+
+        scorer = self.make_scorer(alphabet)
+        if scorer is not None and self.word_delimiter not in alphabet.symbols:
+            space = " (a space)" if self.word_delimiter == " " else ""
+            raise AsrkitError(f"the {self.name} decoder needs its word delimiter "
+                              f"{self.word_delimiter!r}{space} in the alphabet to find words")
+        return PrefixBeamSearch(
+            alphabet.symbols,
+            self.config.beam_width,
+            token_min_logp=self.config.token_min_logp,
+            beam_prune_logp=self.config.beam_prune_logp,
+            scorer=scorer,
+            word_delimiter=self.word_delimiter,
+        )
 
     def search_for(self, alphabet: Any) -> PrefixBeamSearch:
         key = tuple(alphabet.symbols)
@@ -182,18 +152,8 @@ class BeamSearchDecoder(Decoder):
 
 class BeamDecoder(BeamSearchDecoder):
     name = "beam"
-    description = "CTC prefix beam search without a language model (options: beam_width, ...)."
+    description = "CTC prefix beam search without a language model (settings: beam_width, ...)."
     Config = BeamConfig
-
-    def make_search(self, alphabet: Any) -> PrefixBeamSearch:
-        from asrkit.decoders.prefix import PrefixBeamSearch
-
-        return PrefixBeamSearch(
-            alphabet.symbols,
-            self.config.beam_width,
-            token_min_logp=self.config.token_min_logp,
-            beam_prune_logp=self.config.beam_prune_logp,
-        )
 
 
 @hookimpl

@@ -41,64 +41,19 @@ same reason.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from asrkit.decoders.scoring import Hypothesis, WordScorer
+
+__all__ = ["Hypothesis", "PrefixBeamSearch", "WordScorer", "log_softmax"]
 
 # Prefix identity: hash(child) = hash(parent) * _MULT + label + 1 (mod 2**64). Two different
 # prefixes in one utterance share a hash with probability ~ prefixes**2 / 2**65: never in practice.
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 _ROOT = np.uint64(0x243F6A8885A308D3)
-
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """One decoded transcript with its scores (natural logarithms).
-
-    ``acoustic`` is log P(text | logits) summed over the alignments the beam kept; ``lm`` is the
-    weighted language-model score (0 without one); ``score = acoustic + lm`` ranks hypotheses.
-    """
-
-    text: str
-    score: float
-    acoustic: float
-    lm: float = 0.0
-
-
-class WordScorer(ABC):
-    """A word-level language model as the prefix search consults it.
-
-    Scores are natural logarithms, already weighted: exactly what is added to the acoustic
-    log-probability (e.g. ``alpha * ln P(word | history) + beta``). A *state* is whatever the
-    scorer needs to remember the history; the search stores it and hands it back.
-    """
-
-    #: Words the model knows. When set, a prefix whose unfinished last word is no prefix of any
-    #: of them gets ``partial_penalty``, so that non-words lose the beam before they finish.
-    vocabulary: frozenset[str] | None = None
-    #: Added (once, while it holds) to a prefix whose unfinished word fits no vocabulary word.
-    partial_penalty: float = 0.0
-    #: An upper bound of :meth:`score_word`'s score (e.g. ``beta`` for ``alpha * ln p + beta``
-    #: with ``alpha >= 0``). The search scores a finished word only when its prefix could make
-    #: the beam with this bound; ``inf`` makes it score every word it meets.
-    word_bound: float = math.inf
-    #: The same for words outside ``vocabulary`` (e.g. ``beta + unk_offset``).
-    unknown_word_bound: float = math.inf
-
-    @abstractmethod
-    def start(self) -> Any:
-        """The state at the start of an utterance."""
-
-    @abstractmethod
-    def score_word(self, state: Any, word: str) -> tuple[float, Any]:
-        """The weighted score of ``word`` following ``state``, and the state after it."""
-
-    @abstractmethod
-    def score_end(self, state: Any) -> float:
-        """The weighted score of ending the utterance in ``state``."""
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from asrkit import hookimpl
-from asrkit.train.config import setting, validate
+from asrkit.settings import setting, validate
 from asrkit.types import ModelSpec
 
 
@@ -83,7 +83,10 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
 
         def call(self, inputs: Any, training: bool = False) -> Any:
             features, lengths = inputs
-            x = context_windows(features, config.context)
+            # Padded frames zeroed: the context windows of an utterance's last frames then see
+            # the zeros they see alone, whatever the batch was padded with.
+            mask = tf.sequence_mask(lengths, tf.shape(features)[1], features.dtype)
+            x = context_windows(features * mask[:, :, None], config.context)
             for layer in (self.h1, self.h2, self.h3):
                 x = self.dropout(clipped_relu(layer(x), config.relu_clip), training=training)
             x = self.lstm(x, lengths)

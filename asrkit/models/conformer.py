@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
-from asrkit.train.config import setting, validate
+from asrkit.settings import setting, validate
 from asrkit.types import ModelSpec
 
 
@@ -327,8 +327,8 @@ class Conformer(ModelSpec):
         },
     }
 
-    def output_length(self, config: ConformerConfig, length: Any) -> Any:
-        return subsampled_length(subsampled_length(length))
+    def time_stride(self, config: ConformerConfig) -> int:
+        return SUBSAMPLING_STRIDE * SUBSAMPLING_STRIDE
 
     def build(self, config: ConformerConfig, num_features: int, num_classes: int) -> Any:
         return build_conformer(config, num_features, num_classes)

@@ -4,8 +4,16 @@ Two 2-D convolutions over (time, frequency) with batch normalisation and clipped
 striding time by 2 (half the frames: half the recurrent work, and CTC still has a frame per
 ~20 ms, enough for characters), then bidirectional GRU layers and a dense layer to the alphabet
 plus blank. Unlike ``brnn`` it learns its own local context with convolutions instead of stacked
-context windows, reads 80 log-mel bins instead of 26 MFCCs, and subsamples time, so its
-``output_length`` is not the identity: the engine uses it for the CTC lengths.
+context windows, reads 80 log-mel bins instead of 26 MFCCs, and subsamples time: its
+``time_stride`` (2 by default) gives ``output_length``, the CTC lengths.
+
+An utterance's logits do not depend on the padding after it (``asrkit.testing.check_padding``):
+the input's padded frames and every convolution's outputs past the utterance's (subsampled)
+length are zeroed, the convolutions pad time by half their kernel each side whatever the batch's
+length, batch normalisation takes its training statistics over valid frames only, and the GRUs
+read each utterance within its length. The weights are those of the earlier ``"same"``-padded
+version (same names and shapes), so its checkpoints load; its alignment was this one for some
+padded lengths (odd ones at stride 2) and a frame earlier for the others.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from asrkit import hookimpl
-from asrkit.train.config import setting, validate
+from asrkit.settings import setting, validate
 from asrkit.types import ModelSpec
 
 
@@ -36,6 +44,25 @@ class DS2Config:
 
     def __post_init__(self) -> None:
         validate(self)
+
+
+#: Kernels (time, frequency) of the two convolutions; both stride frequency by 2.
+CONV1_KERNEL = (11, 41)
+CONV2_KERNEL = (11, 21)
+
+
+def conv_padding(kernel: tuple[int, int], bins: int) -> list[list[int]]:
+    """``tf.pad`` paddings of a convolution's input ``[batch, time, bins, channels]``.
+
+    Time: ``kernel // 2`` frames each side, whatever the batch's length, so output frame ``i``
+    reads input frames ``stride * i - k//2 .. stride * i + k//2`` and a valid conv gives
+    ``ceil(time / stride)`` frames. (Keras' ``"same"`` padding puts its extra zero before or
+    after depending on the padded batch's length, so an utterance's logits depended on what it
+    was batched with.) Frequency: what ``"same"`` pads for ``bins`` bins at stride 2, which
+    is static, so the frequency axis and the weights are those of earlier versions."""
+    frames, freq = kernel
+    total = max((-(-bins // 2) - 1) * 2 + freq - bins, 0)
+    return [[0, 0], [frames // 2, frames // 2], [total // 2, total - total // 2], [0, 0]]
 
 
 def conv_strides(config: DS2Config) -> tuple[int, int]:
@@ -63,10 +90,8 @@ class DS2(ModelSpec):
                 "train.warmup_steps": "100", "train.eval_every_minutes": "3"},
     }
 
-    def output_length(self, config: DS2Config, length: Any) -> Any:
-        for stride in conv_strides(config):  # "same" padding: each convolution rounds up
-            length = (length + stride - 1) // stride
-        return length
+    def time_stride(self, config: DS2Config) -> int:
+        return config.time_stride
 
     def build(self, config: DS2Config, num_features: int, num_classes: int) -> Any:
         import keras
@@ -79,17 +104,16 @@ class DS2(ModelSpec):
             tower_devices,
         )
 
-        spec = self
-        first, second = conv_strides(config)
+        strides = conv_strides(config)
 
         class DeepSpeech2(keras.Model):
             def __init__(self) -> None:
                 super().__init__(name="ds2")
                 c = config.conv_channels
-                self.conv1 = keras.layers.Conv2D(c, (11, 41), (first, 2),
-                                                 padding="same", use_bias=False, name="conv1")
-                self.conv2 = keras.layers.Conv2D(c, (11, 21), (second, 2), padding="same",
-                                                 use_bias=False, name="conv2")
+                self.conv1 = keras.layers.Conv2D(c, CONV1_KERNEL, (strides[0], 2),
+                                                 padding="valid", use_bias=False, name="conv1")
+                self.conv2 = keras.layers.Conv2D(c, CONV2_KERNEL, (strides[1], 2),
+                                                 padding="valid", use_bias=False, name="conv2")
                 self.bn1 = keras.layers.BatchNormalization(name="bn1")
                 self.bn2 = keras.layers.BatchNormalization(name="bn2")
                 self.rnn_impl = choose_rnn_impl(config.rnn_impl, tower_devices())
@@ -102,14 +126,22 @@ class DS2(ModelSpec):
 
             def call(self, inputs: Any, training: bool = False) -> Any:
                 features, lengths = inputs
-                x = features[:, :, :, None]
-                x = clipped_relu(self.bn1(self.conv1(x), training=training), config.relu_clip)
-                x = clipped_relu(self.bn2(self.conv2(x), training=training), config.relu_clip)
+                # expand_dims, not [..., None]: TFLite's built-in StridedSlice has no new axes.
+                mask = tf.sequence_mask(lengths, tf.shape(features)[1], features.dtype)
+                x = tf.expand_dims(features * tf.expand_dims(mask, -1), -1)
+                convs = ((self.conv1, self.bn1, CONV1_KERNEL), (self.conv2, self.bn2, CONV2_KERNEL))
+                for (conv, norm, kernel), stride in zip(convs, strides, strict=True):
+                    x = conv(tf.pad(x, conv_padding(kernel, int(x.shape[2]))))
+                    lengths = (lengths + stride - 1) // stride
+                    valid = tf.sequence_mask(lengths, tf.shape(x)[1])
+                    # Batch statistics of the valid frames only; padding zeroed after.
+                    valid = tf.broadcast_to(tf.expand_dims(valid, -1), tf.shape(x)[:3])
+                    x = clipped_relu(norm(x, training=training, mask=valid), config.relu_clip)
+                    x = x * tf.expand_dims(tf.cast(valid, x.dtype), -1)
                 shape = tf.shape(x)
                 x = tf.reshape(x, [shape[0], shape[1], x.shape[2] * x.shape[3]])
-                out_lengths = spec.output_length(config, lengths)
                 for rnn in self.rnns:
-                    x = self.dropout(rnn(x, out_lengths), training=training)
+                    x = self.dropout(rnn(x, lengths), training=training)
                 return self.logits(x)
 
         model = DeepSpeech2()

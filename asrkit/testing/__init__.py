@@ -20,11 +20,21 @@ Fixtures:
 ``corpus_server``
     a real HTTP server on 127.0.0.1 with ``Range`` support that can drop connections or fail
     requests on purpose, for testing downloads as they fail in the wild.
+``tiny_dataset``
+    (session) the folder of asrkit's bundled ``sample`` corpus imported once: 19 real clips
+    (train 16, dev 2, test 1), for ``asrkit train --dataset <folder>``.
+``tiny_run``
+    (session) a run folder as ``asrkit train`` leaves it, of a tiny random ``brnn``: what
+    ``asrkit evaluate``, ``transcribe`` and ``export`` read, built in a second.
+
+Model plugins have contract checks besides (:mod:`asrkit.testing.models`): ``check_model``
+runs them all on a registered model.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +47,21 @@ import pytest
 
 from asrkit.plugins import PluginSet, set_plugins
 from asrkit.registry import Provider
+from asrkit.testing.decoders import *  # noqa: F403  (the decoder contract checks)
+from asrkit.testing.decoders import __all__ as _decoder_checks
+from asrkit.testing.features import check_extractor
+from asrkit.testing.models import (
+    check_export,
+    check_model,
+    check_output_lengths,
+    check_padding,
+    check_training,
+    make_tiny_run,
+)
+
+__all__ = ["check_export", "check_extractor", "check_model", "check_output_lengths",
+           "check_padding", "check_training", "import_sample", "make_tiny_run",
+           *_decoder_checks]
 
 
 @dataclass
@@ -81,13 +106,16 @@ def make_plugins(monkeypatch: pytest.MonkeyPatch) -> Callable[..., PluginSet]:
 
 @pytest.fixture
 def asrkit_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
-    """``asrkit_cli(args, plugins=None)`` runs ``asrkit ARGS`` in this process."""
+    """``asrkit_cli(args, plugins=None)`` runs ``asrkit ARGS`` in this process. Its result holds
+    what the command printed; what the test printed before stays in the test's own output."""
     from asrkit.cli import run
 
     def invoke(args: list[str], plugins: PluginSet | None = None) -> CliResult:
-        capsys.readouterr()
+        earlier = capsys.readouterr()
         code = run([str(a) for a in args], plugins)
         out, err = capsys.readouterr()
+        sys.stdout.write(earlier.out)  # captured again, for the test and pytest's report
+        sys.stderr.write(earlier.err)
         return CliResult(code, out, err)
 
     yield invoke
@@ -201,3 +229,29 @@ def corpus_server() -> Iterator[CorpusServer]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def import_sample(home: Path) -> Path:
+    """Import asrkit's bundled ``sample`` corpus (real clips shipped inside asrkit, no network)
+    into the asrkit home ``home``; returns the dataset's folder."""
+    from asrkit.cli import run
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ASRKIT_HOME", str(home))
+        patch.delenv("ASRKIT_MIRROR", raising=False)
+        code = run(["import", "sample", "--no-progress"])
+    if code != 0:
+        raise RuntimeError(f"asrkit import sample failed with exit status {code}")
+    return home / "datasets" / "sample"
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``sample`` corpus imported once per session; pass the folder as ``--dataset``."""
+    return import_sample(tmp_path_factory.mktemp("asrkit-tiny-dataset"))
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder of a tiny random ``brnn`` (:func:`asrkit.testing.models.make_tiny_run`)."""
+    return make_tiny_run(tmp_path_factory.mktemp("asrkit-tiny-run") / "run")

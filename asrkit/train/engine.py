@@ -28,10 +28,14 @@ from tqdm import tqdm
 
 from asrkit.errors import AsrkitError
 from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
+from asrkit.frames import fits, frame_seconds
 from asrkit.runs import Run, append_metrics
 from asrkit.train.checkpoints import Checkpoints
 from asrkit.train.progress import RunProgress
 from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy
+
+#: Utterances too short for their transcripts named in ``metrics.jsonl`` (the count is all).
+TOO_SHORT_NAMED = 100
 
 
 @dataclass
@@ -88,7 +92,10 @@ def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
 
     An utterance with fewer output frames than labels cannot be aligned by CTC (TensorFlow
     returns a huge finite loss for it, whose gradient would wreck the weights): it is left out
-    of the loss and reported as infinite, so the loop names it.
+    of the loss and reported as infinite, so the loop names it. Its output frames are the
+    model's ``output_length`` of the extractor's frame count, which the extractor contract makes
+    :func:`asrkit.frames.output_frames` of its samples: the count the run's warning before the
+    first step (:func:`too_short`) and the import use.
     """
     import tensorflow as tf
 
@@ -134,7 +141,7 @@ class Trainer:
         self.spec = run.spec
         self.extractor = run.extractor
         self.dataset_dir = run.dataset
-        num_features = self.extractor.num_features(run.feature_config)
+        num_features = run.num_features()
         with self.strategy.scope():
             self.model = self.spec.build(run.model_config, num_features, run.alphabet.num_classes)
             if self.config.freeze:  # before the optimiser takes the trainable variables
@@ -183,10 +190,9 @@ class Trainer:
 
     def evaluate(self, split: str, progress: bool | None = None) -> Evaluation:
         from asrkit.data.pipeline import make_dataset
-        from asrkit.decoders import load_decoder
 
         if self.decoder is None:
-            self.decoder = load_decoder(self.config.decoder)
+            self.decoder = self.run.decoder  # with the run's decoder settings
         if split not in self.eval_batches:  # built once: its order is fixed, no shuffling
             self.eval_batches[split] = make_dataset(
                 self.dataset_dir, split, self.run.alphabet, self.extractor,
@@ -230,6 +236,7 @@ class Trainer:
                 write_model_analysis(self.run.folder, self.model, self.spec,
                                      self.run.model_config, self.run.feature_config,
                                      self.extractor)
+                self._report_too_short(self.config.train_split)
             if self.config.init_from:
                 self._metrics({"event": "init_from", "source": self.config.init_from,
                                "reset": list(self.config.init_reset)})
@@ -421,11 +428,28 @@ class Trainer:
             self.checkpoints.save(kind, state.global_step, state.to_json())
 
     def _audio_seconds(self, batch: Any) -> float:
-        """Seconds of audio in a batch, from its frame counts (an extractor without a
-        ``step_ms`` setting is taken to use the usual 10 ms)."""
-        step = getattr(self.run.feature_config, "step_ms", 10.0) / 1000
+        """Seconds of audio in a batch, from its frame counts."""
+        step = frame_seconds(self.run.feature_config)
         lengths = self.strategy.experimental_local_results(batch["feature_lengths"])
         return float(sum(int(x.numpy().sum()) for x in lengths)) * step
+
+    def _report_too_short(self, split: str) -> None:
+        """Warn once, before training, of the utterances of ``split`` that CTC cannot align
+        with this run's features and model (:func:`asrkit.frames.fits`, from the split's CSV).
+        The import checked only the loosest case, every 10 ms frame kept; a model that
+        subsamples time needs longer audio. Training leaves them out of the loss and names them
+        as it meets them."""
+        short = too_short(self.run, self.dataset_dir, split)
+        if not short:
+            return
+        seconds = frame_seconds(self.run.feature_config, self.spec, self.run.model_config)
+        self._metrics({"event": "too_short", "split": split, "count": len(short),
+                       "utterances": short[:TOO_SHORT_NAMED]})
+        tqdm.write(f"asrkit: warning: {len(short)} utterance(s) of {split} are too short for "
+                   f"their transcripts at {self.spec.name}'s {seconds * 1000:g} ms output "
+                   f"frames ({self.extractor.name} features); CTC cannot align them: "
+                   f"{', '.join(short[:3])}{', ...' if len(short) > 3 else ''}",
+                   file=sys.stderr)
 
     def _checkpoint_due(self, state: LoopState, last_save: float) -> bool:
         every = self.config.checkpoint_steps
@@ -540,6 +564,28 @@ def finite_mask(values: Any) -> Any:
     import numpy as np
 
     return np.isfinite(values)
+
+
+def too_short(run: Run, dataset_dir: Any, split: str) -> list[str]:
+    """The audio files of ``split`` (from ``<split>.csv``; none without it) that are too short
+    for their transcripts with ``run``'s features and model."""
+    from pathlib import Path
+
+    from asrkit.data.manifest import read_csv
+    from asrkit.data.pipeline import WAV_HEADER_BYTES
+    from asrkit.types import SAMPLE_RATE
+
+    path = Path(dataset_dir) / f"{split}.csv"
+    if not path.is_file():
+        return []
+    short = []
+    for row in read_csv(path):
+        samples = (round(row.duration * SAMPLE_RATE) if row.duration is not None
+                   else max(0, (row.wav_filesize - WAV_HEADER_BYTES) // 2))
+        if not fits(samples, len(row.transcript), run.feature_config, run.spec,
+                    run.model_config):
+            short.append(Path(row.wav_filename).stem)
+    return short
 
 
 def seed_everything(seed: int) -> None:

@@ -63,11 +63,12 @@ def _has_checkpoint(folder: Path, kind: str) -> bool:
 
 
 def source_overrides(source: Any) -> list[str]:
-    """``-o`` pairs giving a new run the source run's model and feature settings; the user's
-    own ``-o`` come after them and win (the sizes check then says if they do not fit)."""
+    """``-o`` pairs giving a new run the source run's feature extractor, model and feature
+    settings; the user's own ``-o`` come after them and win (the sizes check then says if
+    they do not fit)."""
     from asrkit.train.config import to_dict
 
-    pairs = []
+    pairs = [f"features={source.train.features}"]  # the extractor, then its settings
     for section, config in (("model", source.model_config), ("features", source.feature_config)):
         pairs += [f"{section}.{key}={_as_text(value)}" for key, value in to_dict(config).items()]
     return pairs
@@ -104,8 +105,7 @@ def _shapes(model: Any) -> dict[str, list[tuple[int, ...]]]:
 
 
 def _build(run: Any, num_classes: int) -> Any:
-    return run.spec.build(run.model_config, run.extractor.num_features(run.feature_config),
-                          num_classes)
+    return run.spec.build(run.model_config, run.num_features(), num_classes)
 
 
 def prepare(run: Any, source_run: Any, source: InitSource) -> tuple[Any, str]:

@@ -15,7 +15,7 @@ from asrkit.errors import AsrkitError
 
 def dataset_folder(name: str, split: str) -> Path:
     """An imported dataset given as a folder or by name (``$ASRKIT_HOME/datasets/NAME``)."""
-    from asrkit.data.importing import asrkit_home
+    from asrkit.api import asrkit_home
 
     candidates = [Path(name), asrkit_home() / "datasets" / name]
     for folder in candidates:
@@ -29,7 +29,7 @@ def dataset_folder(name: str, split: str) -> Path:
 
 def dataset_sentences(folder: Path, split: str) -> Iterator[str]:
     """The transcripts of a dataset split: already normalised to the dataset's alphabet."""
-    from asrkit.data.manifest import read_csv
+    from asrkit.api import read_csv
 
     for row in read_csv(folder / f"{split}.csv"):
         yield row.transcript
@@ -38,7 +38,7 @@ def dataset_sentences(folder: Path, split: str) -> Iterator[str]:
 def text_sentences(path: Path, normalise: bool) -> Iterator[str]:
     """One sentence a line, normalised as asrkit normalises transcripts (lower case, no
     punctuation) unless ``normalise`` is false."""
-    from asrkit.text import normalize
+    from asrkit.api import normalize
 
     with open(path, encoding="utf-8") as handle:
         for line in handle:

@@ -1,7 +1,8 @@
 """``kenlm``: CTC prefix beam search with a word n-gram language model queried through KenLM.
 
-The search is asrkit's own (:mod:`asrkit.decoders.prefix`, the one behind ``beam``); this module
-only adds a :class:`~asrkit.decoders.prefix.WordScorer` that asks KenLM. A prefix is ranked by
+The search is asrkit's own, public one (:class:`asrkit.api.BeamSearchDecoder`, the search behind
+``beam``); this module only adds a :class:`~asrkit.api.WordScorer` that asks KenLM. A prefix is
+ranked by
 
     ln P_ctc(prefix) + sum over its finished words of (alpha * ln P_lm(word | history) + beta)
 
@@ -11,6 +12,9 @@ lose the beam early). At the end the unfinished word is finished and ``</s>`` is
 weights and their defaults are pyctcdecode's (alpha 0.5, beta 1.5, unk_offset -10), so weights
 tuned with it carry over; one difference: pyctcdecode adds ``unk_offset`` to the log10 score of an
 unknown word before weighting (so it costs ``alpha * ln 10 * unk_offset``), asrkit adds it as it is.
+
+Only asrkit's public API is used (``asrkit.api``, ``asrkit.errors``): any author could have
+written this plugin.
 
 ``kenlm`` (a compiled extension) is imported only when a decoder first decodes.
 """
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asrkit.decoders.beam import BeamSearchDecoder, check_search_options
+from asrkit.api import BeamSearchDecoder, WordScorer, setting, validate
 from asrkit.errors import AsrkitError
 
 #: ln(10): KenLM scores are log10, the search's are natural logarithms.
@@ -35,40 +39,34 @@ CACHE_ENTRIES = 500_000
 
 @dataclass(frozen=True)
 class KenLMConfig:
-    """Options of the ``kenlm`` decoder (``-o decoder.NAME=VALUE`` on the command line)."""
+    """Settings of the ``kenlm`` decoder (``-o decoder.NAME=VALUE`` on the command line)."""
 
     #: The language model: an ARPA file (e.g. from ``asrkit lm build``) or a KenLM binary.
     lm: str = ""
     #: Weight of the language model's natural-log probability of each word.
-    alpha: float = 0.5
+    alpha: float = setting(0.5, min=0)
     #: Word insertion bonus: added for every word; counters the LM's preference for few words.
-    beta: float = 1.5
+    beta: float = setting(1.5)
     #: Added for a word the model (or ``unigrams``) does not know, and to a prefix whose
-    #: unfinished word fits no known word. 0 turns both off.
-    unk_offset: float = -10.0
+    #: unfinished word fits no known word (a penalty: 0 or negative). 0 turns both off.
+    unk_offset: float = setting(-10.0, max=0)
     #: One word a line: the vocabulary for the unfinished-word check. Default: the ARPA file's
     #: unigrams; a binary model without this file gets no unfinished-word check.
     unigrams: str = ""
     #: Treat the utterance as a sentence: score the first word after ``<s>`` and end with
     #: ``</s>``. False: the utterance is a fragment of running text.
     sentence_boundaries: bool = True
-    beam_width: int = 100
+    #: Prefixes kept after each frame.
+    beam_width: int = setting(100, min=1)
     #: As for ``beam``: labels below this log-probability in a frame extend no prefix.
-    #: pyctcdecode's default; ``None`` for every label.
-    token_min_logp: float | None = -5.0
+    #: pyctcdecode's default; ``none`` or ``-inf`` for every label.
+    token_min_logp: float | None = setting(-5.0, max=0, finite=False)
     #: Drop prefixes scoring more than this below the best (acoustic + LM, natural log).
-    #: pyctcdecode's default; ``None`` keeps the ``beam_width`` best, however far behind.
-    beam_prune_logp: float | None = -10.0
+    #: pyctcdecode's default; ``none`` keeps the ``beam_width`` best, however far behind.
+    beam_prune_logp: float | None = setting(-10.0, max=0, finite=False)
 
     def __post_init__(self) -> None:
-        check_search_options(self.beam_width, self.token_min_logp, self.beam_prune_logp)
-        for name in ("alpha", "beta", "unk_offset"):
-            if not math.isfinite(getattr(self, name)):
-                raise AsrkitError(f"{name} must be a finite number")
-        if self.unk_offset > 0:
-            raise AsrkitError("unk_offset is a penalty: 0 or negative")
-        if self.alpha < 0:
-            raise AsrkitError("alpha weights the language model: 0 or positive")
+        validate(self)
 
 
 _MODELS: dict[str, Any] = {}
@@ -122,10 +120,8 @@ def load_vocabulary(config: KenLMConfig) -> frozenset[str] | None:
 
 
 def make_scorer(config: KenLMConfig) -> Any:
-    """A :class:`~asrkit.decoders.prefix.WordScorer` over the configured KenLM model."""
+    """A :class:`~asrkit.api.WordScorer` over the configured KenLM model."""
     import kenlm
-
-    from asrkit.decoders.prefix import WordScorer
 
     class KenLMScorer(WordScorer):
         """Weighted KenLM word scores, cached per (state, word): beams share histories."""
@@ -176,23 +172,13 @@ def make_scorer(config: KenLMConfig) -> Any:
 class KenLMDecoder(BeamSearchDecoder):
     name = "kenlm"
     description = ("CTC prefix beam search with a KenLM word n-gram model "
-                   "(options: lm, alpha, beta, beam_width, ...).")
+                   "(settings: lm, alpha, beta, beam_width, ...).")
     Config = KenLMConfig
     spare_hypotheses = 8  # "a b" and "a  b" are one transcript: see finish()
 
-    def make_search(self, alphabet: Any) -> Any:
-        from asrkit.decoders.prefix import PrefixBeamSearch
-
-        if " " not in alphabet.symbols:
-            raise AsrkitError("the kenlm decoder needs a space in the alphabet to find words")
-        return PrefixBeamSearch(
-            alphabet.symbols,
-            self.config.beam_width,
-            token_min_logp=self.config.token_min_logp,
-            beam_prune_logp=self.config.beam_prune_logp,
-            scorer=make_scorer(self.config),
-            word_delimiter=" ",
-        )
+    def make_scorer(self, alphabet: Any) -> WordScorer:
+        """The language model, as the scorer of asrkit's prefix beam search."""
+        return make_scorer(self.config)
 
     def finish(self, hypotheses: list[Any]) -> list[Any]:
         """Words are what the model scored: spaces are collapsed, and a transcript that two

@@ -15,9 +15,8 @@ import pytest
 from asrkit_decoder_kenlm.arpa import BOS, EOS, UNK, ArpaModel, estimate, read_unigrams
 from asrkit_decoder_kenlm.decoder import KenLMConfig, KenLMDecoder
 
-from asrkit.decoders.beam import BeamDecoder
+from asrkit.api import Alphabet, BeamDecoder
 from asrkit.errors import AsrkitError
-from asrkit.text import Alphabet
 
 ENGLISH = Alphabet()
 

@@ -1,0 +1,96 @@
+"""The model plugin of docs/writing-a-plugin.md ("A model plugin") works as written: installed
+with pip, it trains, evaluates, transcribes and exports through the ``asrkit`` command and passes
+its own contract test; and the model example of docs/hooks.md keeps the model contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from asrkit.testing import check_output_lengths, check_padding
+from asrkit.testing.models import sample_clip
+from tests.conftest import pip_install, run_asrkit
+from tests.test_docs import DOCS, tutorial_files
+
+PACKAGE = "asrkit-model-tinyconv"
+#: Wall-clock limit of each command: minutes, since the test machine may be shared.
+TIMEOUT = 600
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The tutorial's model plugin, extracted from the page and pip-installed into a folder."""
+    files = tutorial_files(PACKAGE)
+    assert set(files) == {f"{PACKAGE}/pyproject.toml",
+                          f"{PACKAGE}/asrkit_model_tinyconv/__init__.py",
+                          f"{PACKAGE}/tests/test_tinyconv.py"}
+    root = tmp_path_factory.mktemp("model-plugin")
+    for name, content in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(content)
+    pip_install(root / PACKAGE, root / "site")
+    return root / "site"
+
+
+def test_model_plugin_trains_evaluates_transcribes_and_exports(site, tiny_dataset, tmp_path):
+    from asrkit.export import ExportedModel
+
+    def asrkit(*args):
+        result = run_asrkit(*map(str, args), pythonpath=site, timeout=TIMEOUT,
+                            env={"ASRKIT_HOME": str(tmp_path / "home")})
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout
+
+    plugins = {p["name"]: p for p in json.loads(asrkit("plugins", "--json"))["plugins"]}
+    assert plugins["tinyconv"]["distribution"] == PACKAGE
+    assert plugins["tinyconv"]["registered"] == {"model": ["tinyconv"]}
+
+    run = tmp_path / "run"
+    asrkit("train", "--model", "tinyconv", "--dataset", tiny_dataset, "--run-dir", run,
+           "--batch-size", "4", "-o", "model.channels=16", "-o", "max_steps=4", "--no-progress")
+    assert json.loads((run / "config.json").read_text())["model"] == {"channels": 16, "kernel": 5}
+
+    report = json.loads(asrkit("evaluate", run, "--split", "dev", "--json", "-", "--no-progress"))
+    assert report["utterances"] == 2
+
+    transcript = json.loads(asrkit("transcribe", sample_clip(), "--model", run, "--json"))
+    assert "text" in transcript
+
+    asrkit("export", run, "--format", "tflite", "--output", tmp_path / "tflite")
+    meta = ExportedModel(tmp_path / "tflite").metadata
+    assert meta["model"] == "tinyconv" and meta["frame_seconds"] == pytest.approx(0.02)
+    assert meta["verified_max_abs_diff"] < 1e-3
+
+
+def test_model_plugin_passes_its_own_contract_test(site, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
+    env["PYTHONPATH"] = str(site)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(site.parent / PACKAGE / "tests")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, check=False, timeout=TIMEOUT,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "1 passed" in result.stdout
+
+
+def hooks_model_example() -> str:
+    text = (DOCS / "hooks.md").read_text()
+    section = re.search(r"^## `register_models`\n(.*?)(?=^## )", text, re.S | re.M).group(1)
+    return re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)[-1]
+
+
+def test_hooks_model_example_keeps_the_contract():
+    """The example in docs/hooks.md once built a one-input model, which the engine's
+    ``model((features, lengths))`` call broke on."""
+    namespace: dict = {}
+    exec(compile(hooks_model_example(), "docs/hooks.md", "exec"), namespace)
+    spec = namespace["TinyModel"]()
+    config = spec.Config(units=8)
+    assert check_output_lengths(spec, config, 26) == 1
+    assert check_padding(spec, config, 26) < 1e-4
