@@ -139,3 +139,15 @@ def test_auto_is_recorded_in_the_run_config():
     assert override(DS2Config(), "rnn_impl", "keras").rnn_impl == "keras"
     with pytest.raises(Exception, match="rnn_impl='cudnn'"):
         override(BRNNConfig(), "rnn_impl", "cudnn")
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_keras_path_keeps_the_padding_contract(name):
+    """Each utterance's logits on the Keras path do not depend on the padding after it."""
+    from asrkit import plugins
+    from asrkit.testing import check_padding
+
+    spec = plugins.get("model", name)
+    sizes, features = MODELS[name]
+    config = replace(spec.Config(), **sizes, rnn_impl="keras")
+    assert check_padding(spec, config, features) < 1e-4
