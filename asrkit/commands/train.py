@@ -27,6 +27,10 @@ import click
 @click.option("--resume", "resume", type=click.Path(exists=True, path_type=Path), default=None,
               help="Continue a run from its latest checkpoint; -o may change train settings "
                    "(e.g. batch_size, epochs), other options are ignored.")
+@click.option("--init-from", "init_from", default=None, metavar="RUN[:best|:latest]",
+              help="Fine-tune: start from another run's weights (its best checkpoint, else "
+                   "its latest) and its model settings, on this --dataset; another alphabet "
+                   "starts the output layer afresh. -o freeze=LAYER,... keeps layers fixed.")
 @click.option("-o", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Set any setting: epochs=5, model.n_hidden=100, features.normalize=feature, "
                    "pipeline.num_buckets=8, decoder=beam, decoder.beam_width=50 (see "
@@ -40,8 +44,8 @@ import click
 def train_command(model: str | None, dataset: str | None, epochs: int | None,
                   batch_size: int | None, learning_rate: float | None, devices: str | None,
                   mixed_precision: bool | None, seed: int | None, run_dir: Path | None,
-                  resume: Path | None, overrides: tuple[str, ...], workers: str | None,
-                  worker_index: int | None, no_progress: bool) -> None:
+                  resume: Path | None, init_from: str | None, overrides: tuple[str, ...],
+                  workers: str | None, worker_index: int | None, no_progress: bool) -> None:
     """Train a model on an imported dataset (CTC; every GPU as a tower, else the CPU).
 
     A killed run continues exactly where it stopped with `asrkit train --resume RUN`, or by
@@ -59,9 +63,21 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
         raise AsrkitError("--workers and --worker-index go together")
     if workers is not None:
         set_cluster(workers, worker_index or 0)
+    if resume and init_from:
+        raise AsrkitError("--init-from starts a new run, --resume continues one: not both")
     if resume:
         folder = resume
     else:
+        if init_from:  # the source's model and feature settings, unless -o says otherwise
+            from asrkit.train.finetune import parse_init_from, prepare, source_overrides
+
+            source = parse_init_from(init_from)
+            source_run = load_run(source.folder)
+            if model is not None and model != source_run.train.model:
+                raise AsrkitError(f"--init-from {source.folder} is a {source_run.train.model} "
+                                  f"run, not {model}: the model must be the same")
+            model = source_run.train.model
+            overrides = (*source_overrides(source_run), *overrides)
         named: dict[str, Any] = {
             "model": model, "dataset": dataset, "epochs": epochs, "batch_size": batch_size,
             "learning_rate": learning_rate, "devices": devices, "seed": seed,
@@ -69,6 +85,18 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
         }
         given = {k: v for k, v in named.items() if v is not None}
         run = new_run(TrainConfig(**given), list(overrides), run_dir, named=given)
+        if init_from:
+            try:
+                run, note = prepare(run, source_run, source)
+            except AsrkitError:
+                if run_dir is None:  # the folder new_run just made for it
+                    with contextlib.suppress(OSError):
+                        run.folder.rmdir()
+                raise
+            if note:
+                click.echo(note)
+        elif run.train.init_from or run.train.init_reset:
+            raise AsrkitError("start from another run's weights with --init-from RUN")
         folder = run.folder
     # Only the chief writes into the run folder (every worker is given the same --run-dir), so
     # only the chief holds its lock, for the whole training.

@@ -41,6 +41,10 @@ class BRNNConfig:
     h3_stddev: float = setting(0.0, min=0)
     h5_stddev: float = setting(0.0, min=0)
     logits_stddev: float = setting(0.0, min=0)
+    #: The recurrent layer's implementation: ``loop`` (the input projection hoisted out of the
+    #: time loop: fastest on a CPU), ``keras`` (Keras' LSTM, cuDNN's fused kernel on a GPU), or
+    #: ``auto``: ``keras`` when the towers are GPUs, else ``loop``. Both hold the same weights.
+    rnn_impl: str = setting("auto", choices=("auto", "loop", "keras"))
 
     def __post_init__(self) -> None:
         validate(self)
@@ -51,7 +55,13 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
     import tensorflow as tf
 
     from asrkit.features import context_windows
-    from asrkit.models.layers import HoistedBiLSTM, clipped_relu, normal_init
+    from asrkit.models.layers import (
+        HoistedBiLSTM,
+        choose_rnn_impl,
+        clipped_relu,
+        normal_init,
+        tower_devices,
+    )
 
     def dense(units: int, name: str, override: float) -> Any:
         std = override or config.init_stddev
@@ -64,7 +74,9 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
             self.h1 = dense(config.n_hidden, "h1", config.h1_stddev)
             self.h2 = dense(config.n_hidden, "h2", config.h2_stddev)
             self.h3 = dense(2 * config.n_cell, "h3", config.h3_stddev)
-            self.lstm = HoistedBiLSTM(config.n_cell, config.forget_bias, name="bilstm")
+            self.rnn_impl = choose_rnn_impl(config.rnn_impl, tower_devices())
+            self.lstm = HoistedBiLSTM(config.n_cell, config.forget_bias, self.rnn_impl,
+                                      name="bilstm")
             self.h5 = dense(config.n_hidden, "h5", config.h5_stddev)
             self.logits = dense(num_classes, "logits", config.logits_stddev)
             self.dropout = keras.layers.Dropout(config.dropout)

@@ -37,6 +37,10 @@ class DS2Config:
     rnn_units: int = setting(256, min=1)
     dropout: float = setting(0.1, min=0, below=1)
     relu_clip: float = setting(20.0, above=0)
+    #: The GRUs' implementation: ``loop`` (the input projection hoisted out of the time loop:
+    #: fastest on a CPU), ``keras`` (Keras' GRU, cuDNN's fused kernel on a GPU), or ``auto``:
+    #: ``keras`` when the towers are GPUs, else ``loop``. Both hold the same weights.
+    rnn_impl: str = setting("auto", choices=("auto", "loop", "keras"))
 
     def __post_init__(self) -> None:
         validate(self)
@@ -93,7 +97,12 @@ class DS2(ModelSpec):
         import keras
         import tensorflow as tf
 
-        from asrkit.models.layers import HoistedBiGRU, clipped_relu
+        from asrkit.models.layers import (
+            HoistedBiGRU,
+            choose_rnn_impl,
+            clipped_relu,
+            tower_devices,
+        )
 
         strides = conv_strides(config)
 
@@ -107,7 +116,8 @@ class DS2(ModelSpec):
                                                  padding="valid", use_bias=False, name="conv2")
                 self.bn1 = keras.layers.BatchNormalization(name="bn1")
                 self.bn2 = keras.layers.BatchNormalization(name="bn2")
-                self.rnns = [HoistedBiGRU(config.rnn_units, name=f"bigru{i}")
+                self.rnn_impl = choose_rnn_impl(config.rnn_impl, tower_devices())
+                self.rnns = [HoistedBiGRU(config.rnn_units, impl=self.rnn_impl, name=f"bigru{i}")
                              for i in range(config.rnn_layers)]
                 for i, rnn in enumerate(self.rnns):  # attributes, so checkpoints track them
                     setattr(self, f"rnn{i}", rnn)

@@ -1,19 +1,54 @@
 """Layers the bundled models share.
 
-The LSTM here exists for speed: Keras 3's LSTM on CPU multiplies the input by its weights one
-time step at a time on small matrices. Deep Speech's recurrent layer reads a whole utterance at
-once, so the input projection of every frame is one large matrix multiply done *before* the
-recurrence, and the loop multiplies only the recurrent weights (``benchmarks/bench_train.py``
-measures it against Keras' own layers).
+The recurrent layers here have two implementations over one set of weights:
+
+- ``loop`` exists for speed on a CPU: Keras 3's LSTM there multiplies the input by its weights
+  one time step at a time on small matrices. Deep Speech's recurrent layer reads a whole
+  utterance at once, so the input projection of every frame is one large matrix multiply done
+  *before* the recurrence, and the loop multiplies only the recurrent weights
+  (``benchmarks/bench_train.py`` measures it against Keras' own layers).
+- ``keras`` runs each direction through Keras' own ``LSTM``/``GRU`` in the configuration that
+  cuDNN accepts (tanh and sigmoid, no recurrent dropout, not unrolled, with biases,
+  ``reset_after`` for the GRU; right-padded masks): on a GPU that is cuDNN's fused kernel.
+
+``auto`` (:func:`choose_rnn_impl`) takes ``keras`` when the model is built on towers that are
+all GPUs (training) and ``loop`` otherwise. Both read the same variables, so a checkpoint moves
+between them unchanged (``benchmarks/bench_rnn_paths.py`` measures the two).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import keras
 import tensorflow as tf
+
+#: The recurrent implementations a model's ``rnn_impl`` setting chooses from.
+RNN_IMPLS = ("auto", "loop", "keras")
+
+
+def choose_rnn_impl(setting: str, devices: Sequence[str]) -> str:
+    """``loop`` or ``keras`` for ``setting`` (one of :data:`RNN_IMPLS`) when the model runs on
+    ``devices`` (TensorFlow device names of the towers): ``auto`` is ``keras`` (cuDNN) when
+    there are towers and all are GPUs, else ``loop``."""
+    if setting not in RNN_IMPLS:
+        raise ValueError(f"rnn_impl {setting!r} is not one of {', '.join(RNN_IMPLS)}")
+    if setting != "auto":
+        return setting
+    gpus = [d for d in devices if ":GPU:" in d.upper() or d.upper().startswith("GPU")]
+    return "keras" if devices and len(gpus) == len(devices) else "loop"
+
+
+def tower_devices() -> list[str]:
+    """The towers of the distribution strategy in scope (``asrkit train`` builds its model in
+    it); none without one. Evaluation, transcription and export build without a strategy, so
+    ``auto`` gives them the loop: a graph traced with cuDNN's op runs only on a GPU, and an
+    exported model must run anywhere."""
+    if tf.distribute.has_strategy():
+        return list(tf.distribute.get_strategy().extended.worker_devices)
+    return []
 
 
 def clipped_relu(x: Any, clip: float = 20.0) -> Any:
@@ -32,15 +67,25 @@ class HoistedBiRNN(keras.layers.Layer):
     concatenated, ``[batch, time, 2 units]``, zero past each utterance's length. The two
     directions run as two independent loops, which TensorFlow runs side by side (one loop over
     both directions, as one batched product a step, measured 10 % slower on CPU).
+
+    ``impl="keras"`` runs each direction through Keras' cuDNN-eligible layer instead of the
+    loop, on the same variables (the module's docstring says when each is used).
     """
 
     #: Gates per unit, and bias rows (input only, or input and recurrent).
     GATES: int
     BIASES: int
 
-    def __init__(self, units: int, **kwargs: Any) -> None:
+    def __init__(self, units: int, impl: str = "loop", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if impl not in ("loop", "keras"):
+            raise ValueError(f"impl {impl!r} is not 'loop' or 'keras'")
         self.units = units
+        self.impl = impl
+        # Held outside Keras' and TensorFlow's tracking: they own no weights, so checkpoints
+        # and the model's analysis see the same layer on both paths.
+        self._keras = _Untracked([self._keras_layer() for _ in range(2)] if impl == "keras"
+                                 else [])
 
     def build(self, input_shape: Any) -> None:
         features, gates = int(input_shape[-1]), self.GATES * self.units
@@ -55,15 +100,33 @@ class HoistedBiRNN(keras.layers.Layer):
 
     def call(self, inputs: Any, lengths: Any) -> Any:
         frames = tf.shape(inputs)[1]
+        run = self._keras_direction if self.impl == "keras" else self._direction
         backward = tf.reverse_sequence(inputs, lengths, seq_axis=1, batch_axis=0)
         out = tf.concat([
-            self._direction(inputs, 0),
-            tf.reverse_sequence(self._direction(backward, 1), lengths, seq_axis=1, batch_axis=0),
+            run(inputs, 0, lengths),
+            tf.reverse_sequence(run(backward, 1, lengths), lengths, seq_axis=1, batch_axis=0),
         ], axis=-1)
         mask = tf.sequence_mask(lengths, frames, dtype=out.dtype)
         return out * mask[:, :, None]
 
-    def _direction(self, inputs: Any, index: int) -> Any:
+    def _keras_direction(self, inputs: Any, index: int, lengths: Any) -> Any:
+        """One direction's outputs through Keras' layer: a right-padded mask (what cuDNN
+        accepts; an empty utterance counts one frame, since cuDNN refuses a fully masked one,
+        and its outputs are zeroed by :meth:`call` anyway)."""
+        layer = self._keras[index]
+        layer.cell.bound = self._bound_weights(index)
+        mask = tf.sequence_mask(tf.maximum(lengths, 1), tf.shape(inputs)[1])
+        return layer(inputs, mask=mask)
+
+    def _bound_weights(self, index: int) -> tuple[Any, Any, Any]:
+        """Direction ``index``'s kernel, recurrent kernel and bias in Keras' layout."""
+        raise NotImplementedError
+
+    def _keras_layer(self) -> Any:
+        """A Keras ``LSTM``/``GRU`` for one direction, whose cell reads :meth:`_bound_weights`."""
+        raise NotImplementedError
+
+    def _direction(self, inputs: Any, index: int, lengths: Any = None) -> Any:
         """One direction's outputs ``[batch, time, units]``."""
         batch, frames, features = tf.shape(inputs)[0], tf.shape(inputs)[1], tf.shape(inputs)[2]
         projected = tf.matmul(tf.reshape(inputs, [-1, features]), self.kernel[index])
@@ -84,9 +147,22 @@ class HoistedBiLSTM(HoistedBiRNN):
 
     GATES, BIASES = 4, 1
 
-    def __init__(self, units: int, forget_bias: float = 1.0, **kwargs: Any) -> None:
-        super().__init__(units, **kwargs)
+    def __init__(self, units: int, forget_bias: float = 1.0, impl: str = "loop",
+                 **kwargs: Any) -> None:
         self.forget_bias = forget_bias
+        super().__init__(units, impl, **kwargs)
+
+    def _keras_layer(self) -> Any:
+        layer = keras.layers.LSTM(self.units, return_sequences=True)
+        layer.cell = _bind(keras.layers.LSTMCell)(self.units)
+        return layer
+
+    def _bound_weights(self, index: int) -> tuple[Any, Any, Any]:
+        units = self.units
+        forget = tf.concat([tf.zeros([units]), tf.fill([units], float(self.forget_bias)),
+                            tf.zeros([2 * units])], axis=0)  # the constant in Keras' one bias
+        bias = self.bias[index][0]
+        return self.kernel[index], self.recurrent_kernel[index], bias + tf.cast(forget, bias.dtype)
 
     def _loop(self, projected: Any, index: int, batch: Any) -> Any:
         recurrent, forget_bias = self.recurrent_kernel[index], self.forget_bias
@@ -110,6 +186,14 @@ class HoistedBiGRU(HoistedBiRNN):
 
     GATES, BIASES = 3, 2
 
+    def _keras_layer(self) -> Any:
+        layer = keras.layers.GRU(self.units, return_sequences=True)  # reset_after=True
+        layer.cell = _bind(keras.layers.GRUCell)(self.units)
+        return layer
+
+    def _bound_weights(self, index: int) -> tuple[Any, Any, Any]:
+        return self.kernel[index], self.recurrent_kernel[index], self.bias[index]
+
     def _loop(self, projected: Any, index: int, batch: Any) -> Any:
         recurrent, recurrent_bias = self.recurrent_kernel[index], self.bias[index][1]
         units = self.units
@@ -122,6 +206,36 @@ class HoistedBiGRU(HoistedBiRNN):
             return z * h + (1 - z) * candidate
 
         return tf.scan(step, projected, initializer=tf.zeros([batch, units], projected.dtype))
+
+
+class _Untracked:
+    """A sequence that neither Keras nor TensorFlow tracks (they follow lists and tuples)."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __getitem__(self, index: int) -> Any:
+        return self.items[index]
+
+
+def _bind(cell_class: type) -> type:
+    """``cell_class`` (Keras' ``LSTMCell`` or ``GRUCell``) with no weights of its own: its
+    ``kernel``, ``recurrent_kernel`` and ``bias`` are the tensors its owner sets in ``bound``
+    before each call, so Keras' layer (its cuDNN kernel included) runs on the owner's
+    variables."""
+
+    class Bound(cell_class):  # type: ignore[misc, valid-type]
+        bound: tuple[Any, Any, Any]
+
+        def build(self, input_shape: Any) -> None:
+            self.built = True
+
+        kernel = property(lambda self: self.bound[0])
+        recurrent_kernel = property(lambda self: self.bound[1])
+        bias = property(lambda self: self.bound[2])
+
+    Bound.__name__ = f"Bound{cell_class.__name__}"
+    return Bound
 
 
 def per_direction(initializer: Any, shape: tuple[int, int]) -> Any:

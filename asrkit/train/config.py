@@ -122,6 +122,14 @@ class TrainConfig:
     ema_decay: float = setting(0.0, min=0, below=1)
     #: Keep this many of the newest checkpoints besides latest and best (for ``asrkit average``).
     keep_checkpoints: int = setting(0, min=0)
+    #: Fine-tuning: the run (``RUN:best`` or ``RUN:latest``) whose weights a new run starts
+    #: from, set by ``--init-from``; "" = random weights (:mod:`asrkit.train.finetune`).
+    init_from: str = ""
+    #: Layers not taken from ``init_from`` but initialised afresh: the output layer when the
+    #: alphabet differs (recorded by ``--init-from``), and any named here.
+    init_reset: tuple[str, ...] = setting((), pattern=r"[^,\s]+", pattern_doc="layer names")
+    #: Layers whose weights training leaves unchanged (names as the model's layers).
+    freeze: tuple[str, ...] = setting((), pattern=r"[^,\s]+", pattern_doc="layer names")
 
     def __post_init__(self) -> None:
         validate(self)

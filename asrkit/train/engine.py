@@ -157,6 +157,10 @@ class Trainer:
         num_features = run.num_features()
         with self.strategy.scope():
             self.model = self.spec.build(run.model_config, num_features, run.alphabet.num_classes)
+            if self.config.freeze:  # before the optimiser takes the trainable variables
+                from asrkit.train.finetune import freeze
+
+                freeze(self.model, self.config.freeze)
             self.optimizer = make_optimizer(self.config)
             self.optimizer.build(self.model.trainable_variables)
         self.ema = (WeightAverage(self.strategy, self.model, self.config.ema_decay)
@@ -230,6 +234,14 @@ class Trainer:
         self.started = time.monotonic()
         restored = self.checkpoints.restore("latest")
         state = LoopState.from_json(restored) if restored else LoopState()
+        if not restored and self.config.init_from:
+            # Fine-tuning: every worker loads the source's weights, before the moving average
+            # (if any) starts from them.
+            from asrkit.train.finetune import initialise
+
+            loaded = initialise(self.model, self.config.init_from, self.config.init_reset)
+            if self.chief:
+                tqdm.write(loaded)
         if not self.ema:
             state.ema_from_step = -1
         elif state.ema_from_step < 0:  # a new run, or the average newly set on resume
@@ -242,13 +254,18 @@ class Trainer:
             state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
         if restored:
             self._metrics({"event": "resume", "epoch": state.epoch, "step": state.global_step})
-        elif self.chief:
-            from asrkit.analysis import write_model_analysis
+        else:
+            if self.chief:
+                from asrkit.analysis import write_model_analysis
 
-            self.run.save()
-            write_model_analysis(self.run.folder, self.model, self.spec, self.run.model_config,
-                                 self.run.feature_config, self.extractor)
-            self._report_too_short(self.config.train_split)
+                self.run.save()
+                write_model_analysis(self.run.folder, self.model, self.spec,
+                                     self.run.model_config, self.run.feature_config,
+                                     self.extractor)
+                self._report_too_short(self.config.train_split)
+            if self.config.init_from:
+                self._metrics({"event": "init_from", "source": self.config.init_from,
+                               "reset": list(self.config.init_reset)})
         self.writer = (tf.summary.create_file_writer(str(self.run.folder / "tensorboard"))
                        if self.chief else tf.summary.create_noop_writer())
         self.bar = RunProgress(self.config, state, self._estimated_steps_per_epoch(),

@@ -1,0 +1,184 @@
+"""Fine-tuning: a new run that starts from another run's weights (``asrkit train --init-from``).
+
+The new run trains on its own dataset, with its own optimiser state, learning-rate schedule and
+loop counters; only the weights come from the source run's ``best`` (else ``latest``)
+checkpoint. It takes the source's model and feature settings unless ``-o`` says otherwise, and
+its model and sizes must be the source's: every layer's weights must have the same shapes, or
+the run is refused in one line naming the settings that differ. A different alphabet is the one
+allowed difference: the layers whose shapes depend on the number of classes (found by building
+the model for another class count, so any model plugin works) start afresh, the run says so in
+one line and records them in ``config.json`` (``train.init_reset``).
+
+``train.freeze`` names layers whose weights training leaves as they start (Keras'
+``trainable = False``; a frozen batch normalisation also keeps its statistics and runs in
+inference mode, as Keras does). Names are the model's layers that hold weights; anything else is
+a one-line error listing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from asrkit.errors import AsrkitError
+from asrkit.train.checkpoints import KINDS, Checkpoints
+
+
+@dataclass(frozen=True)
+class InitSource:
+    """A run folder and which of its checkpoints to start from."""
+
+    folder: Path
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{self.folder}:{self.kind}"
+
+
+def parse_init_from(text: str) -> InitSource:
+    """``RUN``, ``RUN:best`` or ``RUN:latest``; without a kind, ``best`` when the run has one,
+    else ``latest``. A folder that is not a run, or has no such checkpoint, is an error."""
+    name, colon, kind = text.rpartition(":")
+    if not (colon and kind in KINDS):
+        name, kind = text, ""
+    folder = Path(name)
+    if not (folder / "config.json").exists():
+        raise AsrkitError(f"--init-from {text}: {folder} is not a run folder (no config.json)")
+    found = [k for k in KINDS if _has_checkpoint(folder, k)]
+    if not found:
+        raise AsrkitError(f"--init-from {text}: {folder} has no checkpoint yet; train it first")
+    if not kind:
+        kind = "best" if "best" in found else "latest"
+    elif kind not in found:
+        raise AsrkitError(f"--init-from {text}: {folder} has no {kind} checkpoint; use "
+                          f"{folder}:{found[0]}")
+    return InitSource(folder, kind)
+
+
+def _has_checkpoint(folder: Path, kind: str) -> bool:
+    checkpoints = folder / "checkpoints"
+    return checkpoints.is_dir() and Checkpoints(checkpoints).state(kind) is not None
+
+
+def source_overrides(source: Any) -> list[str]:
+    """``-o`` pairs giving a new run the source run's feature extractor, model and feature
+    settings; the user's own ``-o`` come after them and win (the sizes check then says if
+    they do not fit)."""
+    from asrkit.train.config import to_dict
+
+    pairs = [f"features={source.train.features}"]  # the extractor, then its settings
+    for section, config in (("model", source.model_config), ("features", source.feature_config)):
+        pairs += [f"{section}.{key}={_as_text(value)}" for key, value in to_dict(config).items()]
+    return pairs
+
+
+def _as_text(value: Any) -> str:
+    """A setting's value as ``-o`` reads it back."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return ",".join(_as_text(v) for v in value)
+    return str(value)
+
+
+def layer_weights(model: Any) -> dict[str, Any]:
+    """The model's layers that hold weights, by name, in the model's order."""
+    return {layer.name: layer for layer in model.layers if layer.weights}
+
+
+def check_layer_names(model: Any, names: Iterable[str], setting: str) -> None:
+    """One line listing the model's layers when ``names`` holds another name."""
+    known = layer_weights(model)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise AsrkitError(f"{setting}: the model has no layer {unknown[0]!r}; its layers: "
+                          f"{', '.join(known)}")
+
+
+def _shapes(model: Any) -> dict[str, list[tuple[int, ...]]]:
+    return {name: [tuple(w.shape) for w in layer.weights]
+            for name, layer in layer_weights(model).items()}
+
+
+def _build(run: Any, num_classes: int) -> Any:
+    return run.spec.build(run.model_config, run.num_features(), num_classes)
+
+
+def prepare(run: Any, source_run: Any, source: InitSource) -> tuple[Any, str]:
+    """``run`` set to start from ``source``, and the line to print when the alphabets differ
+    (else ""). Refuses another model, other sizes, and unknown ``init_reset`` and ``freeze``
+    names."""
+    if source_run.train.model != run.train.model:
+        raise AsrkitError(f"--init-from {source.folder} is a {source_run.train.model} run, this "
+                          f"run a {run.train.model}: the model must be the same")
+    classes = run.alphabet.num_classes
+    mine = _build(run, classes)
+    check_layer_names(mine, run.train.init_reset, "init_reset")
+    check_layer_names(mine, run.train.freeze, "freeze")
+    shapes = _shapes(mine)
+    theirs = _shapes(_build(source_run, source_run.alphabet.num_classes))
+    output: list[str] = []
+    if run.alphabet.symbols != source_run.alphabet.symbols:
+        other = _shapes(_build(run, classes + 1))
+        output = [name for name in shapes if shapes[name] != other.get(name)]
+    differ = [name for name in {**theirs, **shapes}
+              if name not in output and shapes.get(name) != theirs.get(name)]
+    if differ:
+        raise AsrkitError(f"--init-from {source.folder}: its {run.train.model} has other sizes "
+                          f"({_differences(source_run, run, differ[0], theirs, shapes)}); the "
+                          "model and its sizes must be the run's it starts from")
+    reset = tuple(dict.fromkeys([*output, *run.train.init_reset]))
+    train = replace(run.train, init_from=str(source), init_reset=reset)
+    note = ""
+    if output:
+        note = (f"the alphabet differs from {source.folder}'s ({source_run.alphabet.size} "
+                f"symbols there, {run.alphabet.size} here): the output layer "
+                f"{', '.join(output)} starts afresh")
+    return replace(run, train=train), note
+
+
+def _differences(source_run: Any, run: Any, layer: str, theirs: dict[str, Any],
+                 mine: dict[str, Any]) -> str:
+    """The model and feature settings that differ, else the first layer's shapes."""
+    from asrkit.train.config import to_dict
+
+    found = []
+    for section in ("model_config", "feature_config"):
+        there, here = to_dict(getattr(source_run, section)), to_dict(getattr(run, section))
+        prefix = "model" if section == "model_config" else "features"
+        found += [f"{prefix}.{key} {there.get(key)} there, {here.get(key)} here"
+                  for key in here if here.get(key) != there.get(key)]
+    return "; ".join(found) or f"layer {layer}: {theirs.get(layer)} there, {mine.get(layer)} here"
+
+
+def freeze(model: Any, names: Iterable[str]) -> None:
+    """Make the named layers untrainable (before the optimiser is built)."""
+    names = list(names)
+    check_layer_names(model, names, "freeze")
+    layers = layer_weights(model)
+    for name in names:
+        layers[name].trainable = False
+
+
+def initialise(model: Any, init_from: str, reset: Iterable[str]) -> str:
+    """Copy the weights of ``init_from`` (``RUN:kind``) into ``model``, all layers but the
+    ``reset`` ones; return a line saying what was loaded."""
+    from asrkit.runs import load_run
+
+    name, _, kind = init_from.rpartition(":")
+    source_run = load_run(name)
+    source_model = _build(source_run, source_run.alphabet.num_classes)
+    state = Checkpoints(Path(name) / "checkpoints", model=source_model).restore(kind)
+    if state is None:
+        raise AsrkitError(f"init_from {init_from}: {name} has no checkpoint")
+    theirs, skip = layer_weights(source_model), set(reset)
+    for layer_name, layer in layer_weights(model).items():
+        if layer_name not in skip:
+            layer.set_weights(theirs[layer_name].get_weights())
+    afresh = f"; {', '.join(sorted(skip))} afresh" if skip else ""
+    return (f"starting from the weights of {name} ({kind} checkpoint, step "
+            f"{state.get('global_step', '?')}){afresh}")
