@@ -1,8 +1,8 @@
 """ONNX export: the same audio-to-logits graph as the SavedModel and TFLite exports, features
 inside, converted with tf2onnx and run with onnxruntime.
 
-The graph is :func:`asrkit.export.make_logits_fn` (features, context windows, the model) plus the
-greedy path of :func:`asrkit.export.greedy_labels`, as one ONNX model ``model.onnx``:
+The graph is :func:`asrkit.graph.make_logits_fn` (features, context windows, the model) plus the
+greedy path of :func:`asrkit.graph.greedy_labels`, as one ONNX model ``model.onnx``:
 
 ``pcm``      input, float32 ``[samples]``: one utterance of 16 kHz mono audio in [-1, 1]
 ``logits``   output, float32 ``[frames', classes]`` (the blank is the last class)
@@ -63,7 +63,7 @@ def onnx_function(run: Run, model: Any) -> Any:
     """``fn(pcm float32 [samples]) -> {"logits", "labels"}``: what ``model.onnx`` computes."""
     import tensorflow as tf
 
-    from asrkit.export import greedy_labels, make_logits_fn
+    from asrkit.graph import greedy_labels, make_logits_fn
 
     logits_fn = make_logits_fn(run, model)
     blank = run.alphabet.blank

@@ -8,7 +8,7 @@ Audio
 Models
     :func:`load_recognizer` takes a run folder (its ``best`` or ``latest`` checkpoint) or an
     export of :mod:`asrkit.export` (a SavedModel folder, a TFLite export folder or ``.tflite``
-    file). Both compute audio -> logits with the same graph (:func:`asrkit.export.make_logits_fn`),
+    file). Both compute audio -> logits with the same graph (:func:`asrkit.graph.make_logits_fn`),
     so a run and its export transcribe alike.
 
 Long recordings
@@ -163,8 +163,8 @@ class CheckpointRecognizer(Recognizer):
     def __init__(self, folder: str | Path, checkpoint: str = "best") -> None:
         import tensorflow as tf
 
-        from asrkit.export import make_logits_fn
         from asrkit.frames import frame_seconds
+        from asrkit.graph import make_logits_fn
         from asrkit.runs import load_run_model
 
         run, model, state = load_run_model(folder, checkpoint)

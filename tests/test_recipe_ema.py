@@ -89,7 +89,8 @@ def test_evaluate_transcribe_and_export_load_the_average(home, asrkit_cli, tmp_p
     # the training's dev evaluation scored the average too: the same loss as evaluate's
     assert json.loads(evaluated.stdout)["loss"] == pytest.approx(at_end["dev_loss"], rel=1e-4)
 
-    from asrkit.export import ExportedModel, export_run, make_logits_fn, verification_audio
+    from asrkit.export import ExportedModel, export_run, verification_audio
+    from asrkit.graph import make_logits_fn
 
     meta = export_run(run, "savedmodel", tmp_path / "export", "latest")
     audio = verification_audio()

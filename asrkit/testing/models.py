@@ -193,7 +193,8 @@ def check_export(folder: Path, formats: Sequence[str] = ("savedmodel", "tflite")
     the Keras model's, called eagerly. Returns the largest difference per format."""
     import numpy as np
 
-    from asrkit.export import ExportedModel, export_run, make_logits_fn
+    from asrkit.export import ExportedModel, export_run
+    from asrkit.graph import make_logits_fn
     from asrkit.runs import load_run_model
     from asrkit.transcribe import load_audio
 
@@ -226,8 +227,8 @@ def make_tiny_run(folder: Path, seed: int = 3) -> Path:
     import numpy as np
 
     from asrkit.data.pipeline import PipelineConfig
-    from asrkit.export import make_logits_fn
     from asrkit.features import MFCCConfig
+    from asrkit.graph import make_logits_fn
     from asrkit.models.brnn import BRNNConfig
     from asrkit.runs import Run
     from asrkit.text import Alphabet
