@@ -177,9 +177,12 @@ def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | No
     try_decoder(decoder, run.alphabet)
     run, model, state = load_run_model(folder, checkpoint)
     spec, extractor = run.spec, run.extractor
-    scored = (warn_if_latest_unscored(run.folder, state) if checkpoint != "averaged" else
-              {"kind": "averaged", "step": state["global_step"],
-               "averaged_steps": state.get("averaged_steps", [])})
+    if checkpoint in ("best", "latest"):
+        scored = warn_if_latest_unscored(run.folder, state)
+    else:  # averaged, or best-by-METRIC of a watcher
+        scored = {"kind": checkpoint, "step": state["global_step"]}
+        if "averaged_steps" in state:
+            scored["averaged_steps"] = state["averaged_steps"]
     batches = make_dataset(run.dataset, split, run.alphabet, extractor, run.feature_config,
                            run.pipeline.for_evaluation())
     predict = make_predict(model, spec, run.model_config,

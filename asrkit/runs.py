@@ -297,9 +297,11 @@ def load_run(folder: str | Path) -> Run:
     )
 
 
-#: The checkpoints ``evaluate``, ``transcribe`` and ``export`` can load (``averaged``: written by
-#: ``asrkit average``).
-CHECKPOINTS = ("best", "latest", "averaged")
+#: The metrics ``asrkit evaluate --watch`` can keep a best checkpoint by (:mod:`asrkit.watch`).
+WATCH_METRICS = ("wer", "cer", "loss")
+#: The checkpoints ``evaluate``, ``transcribe`` and ``export`` can load: ``averaged`` is written
+#: by ``asrkit average``, ``best-by-METRIC`` by ``asrkit evaluate --watch`` (in ``RUN/watch``).
+CHECKPOINTS = ("best", "latest", "averaged", *(f"best-by-{m}" for m in WATCH_METRICS))
 
 
 def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:
@@ -321,14 +323,19 @@ def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, A
     keeps_average = bool(run.train.ema_decay) and checkpoint != "averaged"
     shadow = shadow_of(model) if keeps_average else None
     trackables = {"model": model, **({"ema": shadow} if shadow is not None else {})}
+    watched = checkpoint.startswith("best-by-")
     try:
-        state = Checkpoints(run.folder / "checkpoints", **trackables).restore(
-            checkpoint, complete=True)
+        state = Checkpoints(run.folder / ("watch" if watched else "checkpoints"),
+                            **trackables).restore(checkpoint, complete=True)
     except AsrkitError:
         changed = plugin_change(run.folder, "model", run.train.model)
         if changed is None:
             raise
         raise AsrkitError(changed.message(run.folder, "its checkpoint")) from None
+    if state is None and watched:
+        metric = checkpoint.removeprefix("best-by-")
+        raise AsrkitError(f"{run.folder} has no {checkpoint} checkpoint; keep one with `asrkit "
+                          f"evaluate {run.folder} --watch --best-by {metric}` beside the training")
     if state is None and checkpoint == "averaged":
         raise AsrkitError(f"{run.folder} has no averaged checkpoint; write one with `asrkit "
                           f"average {run.folder} --last N`")

@@ -54,6 +54,7 @@ from typing import Any
 from asrkit.errors import AsrkitError
 from asrkit.files import sync_folder, write_atomic
 from asrkit.locks import folder_lock, lock_path
+from asrkit.runs import WATCH_METRICS
 
 EVALUATIONS = "evaluations.jsonl"
 WATCH_FOLDER = "watch"
@@ -62,7 +63,7 @@ PENDING = "pending"
 STAGING = "linking-"
 #: Marks a complete snapshot; written after every file is linked.
 SNAPSHOT_STATE = "state.json"
-METRICS = ("wer", "cer", "loss")
+METRICS = WATCH_METRICS
 #: How often the snapshot thread reads the pointers: well below the time a training takes to
 #: write two checkpoints, so that it sees each of them.
 SNAPSHOT_SECONDS = 0.1

@@ -86,6 +86,15 @@ def test_a_watcher_beside_a_training_scores_every_checkpoint_once(home, asrkit_c
     assert (run / "watch" / pointer["folder"] / "ckpt.index").exists()
     assert [p.name for p in (run / "watch").glob("ckpt-*")] == [pointer["folder"]]
     assert not list((run / "watch/pending").iterdir())
+    # ... which evaluate (as transcribe and export) loads by name, scoring what the watcher did.
+    result = asrkit_cli(["evaluate", run, "--checkpoint", "best-by-wer", "--split", "dev",
+                         "--json", "-", "--no-progress"])
+    assert result.exit_code == 0, result.stderr[-2000:]
+    kept = json.loads(result.stdout)
+    assert kept["checkpoint"] == {"kind": "best-by-wer", "step": best["step"]}
+    assert (kept["wer"], kept["cer"]) == (best["wer"], best["cer"])
+    missing = asrkit_cli(["evaluate", run, "--checkpoint", "best-by-cer", "--no-progress"])
+    assert missing.exit_code == 1 and "--watch --best-by cer" in missing.stderr
 
     # TensorBoard: the watcher's scalars beside the training's.
     events = list((run / "tensorboard/watch-greedy").glob("events.out.tfevents.*"))

@@ -18,7 +18,9 @@ from asrkit.runs import CHECKPOINTS
                    "several with --watch.")
 @click.option("--decoder", default=None, help="Registered decoder [default: the run's].")
 @click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",
-              show_default=True, help="averaged: the one `asrkit average` wrote.")
+              show_default=True,
+              help="averaged: the one `asrkit average` wrote; best-by-METRIC: the one "
+                   "`asrkit evaluate --watch` kept.")
 @click.option("--json", "json_file", type=click.Path(path_type=Path), default=None,
               help="Also write the full results (every utterance) as JSON here ('-': stdout).")
 @click.option("-o", "settings", multiple=True, metavar="decoder.KEY=VALUE",
