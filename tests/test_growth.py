@@ -4,6 +4,7 @@ growth step, exact resume across one, and the one-line errors."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -54,6 +55,24 @@ def test_existing_weights_carry_over_unchanged():
             assert np.array_equal(variable.numpy(), fresh[variable.path])
 
 
+def test_conformer_grows_by_blocks():
+    from asrkit.models.conformer import Conformer, ConformerConfig
+
+    small = ConformerConfig(d_model=8, num_heads=2, num_blocks=1, ff_multiplier=1,
+                            conv_kernel=3, subsampling_channels=4)
+    growth = Growth.of(TrainConfig(model="conformer", grow_epochs=(2,)), Conformer(),
+                       replace(small, num_blocks=2))
+    assert growth is not None and growth.config_at(replace(small, num_blocks=2), 1) == small
+    old, new = Conformer().build(small, 40, 29), Conformer().build(growth.config_at(
+        replace(small, num_blocks=2), 2), 40, 29)
+    carry_over(old, new)
+    before = {v.path: v.numpy() for v in old.variables if v.path.startswith("conformer/")}
+    after = {v.path: v.numpy() for v in new.variables if v.path.startswith("conformer/")}
+    assert {p for p in after if p not in before} == {p for p in after if "/block1/" in p}
+    for path, value in before.items():
+        assert np.array_equal(after[path], value), path
+
+
 def _weights(run):
     from asrkit.runs import load_run_model
 
@@ -78,6 +97,8 @@ def test_resume_across_a_growth_step_is_exact(home, asrkit_cli, tmp_path):
     assert first.exit_code == 0, first.stderr[-3000:]
     saved = json.loads((stopped / "checkpoints/latest.json").read_text())["state"]
     assert saved["epoch"] == 1  # stopped right after the first growth step
+    between, _ = _weights(stopped)  # loaded at its size then: 2 of the 3 layers
+    assert "ds2/bigru1/kernel" in between and "ds2/bigru2/kernel" not in between
     resumed = asrkit_cli(["train", "--resume", stopped, "-o", "epochs=2", "--no-progress"])
     assert resumed.exit_code == 0, resumed.stderr[-3000:]
 

@@ -38,7 +38,7 @@ from asrkit.settings import MAX_SEED
 from asrkit.train import schedules
 from asrkit.train.checkpoints import Checkpoints, append_metrics
 from asrkit.train.ema import WeightAverage
-from asrkit.train.growth import Growth, carry_over
+from asrkit.train.growth import Growth, carry_over, saved_model_config
 from asrkit.train.progress import RunProgress
 from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy
 
@@ -159,11 +159,7 @@ class Trainer:
         self.num_features = run.num_features()
         # Pretraining by growth: the model's size follows the epoch counter of the checkpoint.
         self.growth = Growth.of(self.config, self.spec, run.model_config)
-        model_config = run.model_config
-        if self.growth:
-            saved = Checkpoints(run.folder / "checkpoints").state("latest")
-            model_config = self.growth.config_at(model_config, saved["epoch"] if saved else 0)
-        self._build(model_config)
+        self._build(saved_model_config(run, "latest"))
         self.decoder: Any = None
         self.eval_batches: dict[str, Any] = {}
         self.schedule = schedules.Schedule(self.config, self._estimated_steps_per_epoch())

@@ -67,6 +67,23 @@ class Growth:
         return epoch in self.epochs
 
 
+def saved_model_config(run: Any, kind: str = "latest") -> Any:
+    """The model config of ``run``'s ``kind`` checkpoint (the other kind's when it has none):
+    the run's own, at the size the checkpoint's epoch counter implies when the run grows."""
+    from asrkit.train.checkpoints import KINDS, Checkpoints
+
+    growth = Growth.of(run.train, run.spec, run.model_config)
+    if growth is None:
+        return run.model_config
+    checkpoints = Checkpoints(run.folder / "checkpoints")
+    kinds = (kind, *(k for k in KINDS if k != kind)) if kind in KINDS else (kind,)
+    for candidate in kinds:
+        state = checkpoints.state(candidate)
+        if state is not None:
+            return growth.config_at(run.model_config, int(state.get("epoch", 0)))
+    return growth.config_at(run.model_config, 0)
+
+
 def check_schedule(epochs: tuple[int, ...]) -> None:
     """``grow_epochs`` must list epochs (from 1) in increasing order, each once."""
     if any(b <= a for a, b in pairwise(epochs)):
