@@ -15,16 +15,19 @@ from asrkit.train.config import TrainConfig
 from asrkit.train.growth import Growth, carry_over
 
 #: A tiny ds2 of three GRU layers that starts with one and grows after epochs 1 and 2; no
-#: dropout, so that a resumed run draws nothing an uninterrupted one would not.
+#: dropout, so that a resumed run draws nothing an uninterrupted one would not; every step's
+#: loss logged.
 GROWING = ["--model", "ds2", "--batch-size", "8", "-o", "model.rnn_units=8",
            "-o", "model.conv_channels=2", "-o", "model.rnn_layers=3", "-o", "model.dropout=0",
-           "-o", "grow_epochs=1,2", "-o", "preset=cpu", "--no-progress"]
+           "-o", "grow_epochs=1,2", "-o", "preset=cpu", "-o", "evaluate_dev=false",
+           "-o", "log_every=1", "--no-progress"]
 
 
 @pytest.fixture
-def home(datasets, monkeypatch):
-    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
-    return datasets
+def sample(tiny_dataset, tmp_path, monkeypatch):
+    """``--dataset`` of the imported ``sample`` corpus."""
+    monkeypatch.setenv("ASRKIT_HOME", str(tmp_path / "home"))
+    return ["--dataset", str(tiny_dataset)]
 
 
 def test_layers_follow_the_schedule():
@@ -85,15 +88,15 @@ def _events(run, kind):
     return [r for r in map(json.loads, lines) if r["event"] == kind]
 
 
-def test_resume_across_a_growth_step_is_exact(home, asrkit_cli, tmp_path):
+def test_resume_across_a_growth_step_is_exact(sample, asrkit_cli, tmp_path):
     reference, stopped = tmp_path / "reference", tmp_path / "stopped"
-    done = asrkit_cli(["train", "--epochs", "2", *GROWING, "--run-dir", reference])
+    done = asrkit_cli(["train", "--epochs", "2", *GROWING, *sample, "--run-dir", reference])
     assert done.exit_code == 0, done.stderr[-3000:]
     assert _events(reference, "grow") == [{"event": "grow", "epoch": 1, "layers": 2},
                                           {"event": "grow", "epoch": 2, "layers": 3}]
     assert "epoch 1: grown to 2 layers (model.rnn_layers)" in done.stdout
 
-    first = asrkit_cli(["train", "--epochs", "1", *GROWING, "--run-dir", stopped])
+    first = asrkit_cli(["train", "--epochs", "1", *GROWING, *sample, "--run-dir", stopped])
     assert first.exit_code == 0, first.stderr[-3000:]
     saved = json.loads((stopped / "checkpoints/latest.json").read_text())["state"]
     assert saved["epoch"] == 1  # stopped right after the first growth step
@@ -109,9 +112,8 @@ def test_resume_across_a_growth_step_is_exact(home, asrkit_cli, tmp_path):
     assert got.keys() == expected.keys()
     for path, value in expected.items():
         np.testing.assert_allclose(got[path], value, rtol=1e-5, atol=1e-6, err_msg=path)
-    losses = [r["dev_loss"] for r in _events(reference, "evaluation")]
-    assert [r["dev_loss"] for r in _events(stopped, "evaluation")] == pytest.approx(losses,
-                                                                                   rel=1e-5)
+    losses = [r["loss"] for r in _events(reference, "step")]
+    assert [r["loss"] for r in _events(stopped, "step")] == pytest.approx(losses, rel=1e-5)
     assert _events(stopped, "grow") == _events(reference, "grow")
 
 
@@ -124,8 +126,8 @@ def test_resume_across_a_growth_step_is_exact(home, asrkit_cli, tmp_path):
      "asrkit: error: grow_epochs=1,2 adds 2 layer(s) but ds2 has only model.rnn_layers=2"),
 ])
 def test_a_model_that_cannot_grow_or_a_bad_schedule_is_a_one_line_error(
-        home, asrkit_cli, tmp_path, settings, message):
-    result = asrkit_cli(["train", *settings, "--run-dir", tmp_path / "r", "--no-progress"])
+        sample, asrkit_cli, tmp_path, settings, message):
+    result = asrkit_cli(["train", *settings, *sample, "--run-dir", tmp_path / "r", "--no-progress"])
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith(message), lines[-1]
