@@ -315,9 +315,11 @@ def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, A
     not a damaged run."""
     from asrkit.train.checkpoints import Checkpoints
     from asrkit.train.ema import load_averaged, shadow_of
+    from asrkit.train.growth import saved_model_config
 
     run = load_run(folder)
-    model = run.spec.build(run.model_config, run.num_features(), run.alphabet.num_classes)
+    model_config = saved_model_config(run, checkpoint)  # a growing run's size at that point
+    model = run.spec.build(model_config, run.num_features(), run.alphabet.num_classes)
     # The moving average of the weights, when the run keeps one (an averaged checkpoint holds
     # only the mean of the weights).
     keeps_average = bool(run.train.ema_decay) and checkpoint != "averaged"

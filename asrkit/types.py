@@ -163,6 +163,12 @@ class ModelSpec(ABC):
     #: ``asrkit train`` picks ``full`` where GPUs are visible and ``cpu`` where not
     #: (:mod:`asrkit.presets`); a model without presets trains on its ``Config`` defaults.
     presets: ClassVar[dict[str, dict[str, str]]] = {}
+    #: Pretraining by growth (``-o grow_epochs=...``, :mod:`asrkit.train.growth`): the name of
+    #: the ``Config`` field (an int) that counts the layers training may add, e.g. ``rnn_layers``;
+    #: "" = the model cannot grow. A model that declares one builds layer ``i`` under the same
+    #: name whatever the count, and adds layers without reshaping the others, so that a smaller
+    #: model's weights are the bigger one's of the same names.
+    growable: ClassVar[str] = ""
 
     @abstractmethod
     def build(self, config: Any, num_features: int, num_classes: int) -> AcousticModel:

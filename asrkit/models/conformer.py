@@ -297,6 +297,8 @@ class Conformer(ModelSpec):
     description = "Conformer-CTC: convolution-augmented Transformer, log-mel (Gulati et al. 2020)."
     Config = ConformerConfig
     features = "logmel"
+    #: Pretraining by growth adds Conformer blocks (``block<i>``, before the output layer).
+    growable = "num_blocks"
     #: ``full``: the defaults (Conformer-S's shape, 8.7 M parameters, for a GPU); ``cpu``
     #: (1.8 M) learns small datasets within minutes on a 2-core CPU; ``tiny`` is for tests.
     presets: ClassVar[dict[str, dict[str, str]]] = {

@@ -76,6 +76,8 @@ class DS2(ModelSpec):
     description = "Deep Speech 2-style convolutions + bidirectional GRUs over log-mel features."
     Config = DS2Config
     features = "logmel"
+    #: Pretraining by growth adds bidirectional GRU layers (``bigru<i>``).
+    growable = "rnn_layers"
     presets: ClassVar[dict[str, dict[str, str]]] = {
         # Deep Speech 2's spectrogram normalisation (each log-mel bin to zero mean and unit
         # variance over the utterance), and the augmentation long GPU runs profit from: Kaldi's

@@ -130,11 +130,19 @@ class TrainConfig:
     init_reset: tuple[str, ...] = setting((), pattern=r"[^,\s]+", pattern_doc="layer names")
     #: Layers whose weights training leaves unchanged (names as the model's layers).
     freeze: tuple[str, ...] = setting((), pattern=r"[^,\s]+", pattern_doc="layer names")
+    #: Pretraining by growth (:mod:`asrkit.train.growth`): the epochs (from 1, increasing) at
+    #: whose end one layer is added; the run starts with one layer per listed epoch fewer than
+    #: the model's configured count. Only for models that can grow (ds2, conformer).
+    grow_epochs: tuple[int, ...] = setting((), min=1)
 
     def __post_init__(self) -> None:
         validate(self)
         if self.lr_schedule == "noam" and not self.warmup_steps:
             raise AsrkitError("lr_schedule=noam needs warmup_steps >= 1 (its peak)")
+        if self.grow_epochs:
+            from asrkit.train.growth import check_schedule
+
+            check_schedule(self.grow_epochs)
 
 
 def check_names(train: TrainConfig) -> None:

@@ -34,9 +34,11 @@ from asrkit.data.pipeline import PaddingMeter
 from asrkit.errors import AsrkitError
 from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
 from asrkit.frames import fits, frame_seconds
+from asrkit.settings import MAX_SEED
 from asrkit.train import schedules
 from asrkit.train.checkpoints import Checkpoints, append_metrics
 from asrkit.train.ema import WeightAverage
+from asrkit.train.growth import Growth, carry_over, saved_model_config
 from asrkit.train.progress import RunProgress
 from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy
 
@@ -154,27 +156,60 @@ class Trainer:
         self.spec = run.spec
         self.extractor = run.extractor
         self.dataset_dir = run.dataset
-        num_features = run.num_features()
+        self.num_features = run.num_features()
+        # Pretraining by growth: the model's size follows the epoch counter of the checkpoint.
+        self.growth = Growth.of(self.config, self.spec, run.model_config)
+        self._build(saved_model_config(run, "latest"))
+        self.decoder: Any = None
+        self.eval_batches: dict[str, Any] = {}
+        self.schedule = schedules.Schedule(self.config, self._estimated_steps_per_epoch())
+        self.padding = PaddingMeter()
+
+    def _build(self, model_config: Any) -> None:
+        """The model of ``model_config`` and everything bound to its variables: the optimiser,
+        the moving average, the checkpoints, the compiled steps (again after a growth)."""
         with self.strategy.scope():
-            self.model = self.spec.build(run.model_config, num_features, run.alphabet.num_classes)
+            self.model = self.spec.build(model_config, self.num_features,
+                                         self.run.alphabet.num_classes)
             if self.config.freeze:  # before the optimiser takes the trainable variables
                 from asrkit.train.finetune import freeze
 
                 freeze(self.model, self.config.freeze)
             self.optimizer = make_optimizer(self.config)
             self.optimizer.build(self.model.trainable_variables)
+        self.model_config = model_config
         self.ema = (WeightAverage(self.strategy, self.model, self.config.ema_decay)
                     if self.config.ema_decay else None)
-        self.checkpoints = Checkpoints(run.folder / "checkpoints", self.config.keep_checkpoints,
+        self.checkpoints = Checkpoints(self.run.folder / "checkpoints",
+                                       self.config.keep_checkpoints,
                                        model=self.model, optimizer=self.optimizer,
                                        **({"ema": self.ema.trackable} if self.ema else {}))
         self.train_step: Any = None  # compiled for the batches' structure on first use
-        self.predict = make_predict(self.model, self.spec, run.model_config, num_features)
-        self.decoder: Any = None
-        self.eval_batches: dict[str, Any] = {}
+        self.predict = make_predict(self.model, self.spec, model_config, self.num_features)
         self.applied_lr: float | None = None
-        self.schedule = schedules.Schedule(self.config, self._estimated_steps_per_epoch())
-        self.padding = PaddingMeter()
+
+    def _grow(self, state: LoopState) -> None:
+        """Add a layer (:mod:`asrkit.train.growth`): the bigger model takes the existing layers'
+        weights and optimiser state; the best checkpoint is chosen again among the bigger
+        model's evaluations (it is what the run ends with, and what a plateau restores)."""
+        assert self.growth is not None
+        model, optimizer = self.model, self.optimizer
+        layers = self.growth.layers_at(state.epoch)
+        # The new layers' initial weights depend on the seed and the epoch alone, so that a run
+        # resumed before this growth draws them as the uninterrupted run did.
+        seed_everything((self.config.seed + state.epoch) % (MAX_SEED + 1))
+        self._build(self.growth.config_at(self.run.model_config, state.epoch))
+        carry_over(model, self.model)
+        carry_over(optimizer, self.optimizer)
+        if self.ema:
+            self.ema.reset()
+            state.ema_from_step = state.global_step
+        state.best, state.best_epoch, state.best_step = None, -1, -1
+        state.evaluations_without_improvement = state.evaluations_since_lr_change = 0
+        self._metrics({"event": "grow", "epoch": state.epoch, "layers": layers})
+        if self.chief:
+            tqdm.write(f"epoch {state.epoch}: grown to {layers} layers "
+                       f"(model.{self.growth.field})")
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -260,7 +295,7 @@ class Trainer:
 
                 self.run.save()
                 write_model_analysis(self.run.folder, self.model, self.spec,
-                                     self.run.model_config, self.run.feature_config,
+                                     self.model_config, self.run.feature_config,
                                      self.extractor)
                 self._report_too_short(self.config.train_split)
             if self.config.init_from:
@@ -275,7 +310,9 @@ class Trainer:
             while not state.finished and state.epoch < self.config.epochs:
                 # With several replicas a step takes several batches, which must not straddle
                 # two epochs: then each epoch gets a dataset of its own.
-                stop = self.config.epochs if self.replicas == 1 else state.epoch + 1
+                # So must a growth, which rebuilds the step.
+                stop = (self.config.epochs if self.replicas == 1 and not self.growth
+                        else state.epoch + 1)
                 with self._lost_workers_are_errors(), self._out_of_memory_is_an_error():
                     self._train(state, stop)
             if not state.finished:
@@ -343,12 +380,12 @@ class Trainer:
             from asrkit.train.accumulate import AccumulatingStep
 
             self.train_step = AccumulatingStep(self.strategy, self.model, self.optimizer,
-                                               self.spec, self.run.model_config,
+                                               self.spec, self.model_config,
                                                self.config.accumulate_steps, batches.element_spec,
                                                self.config.clip_norm)
         if self.train_step is None:
             self.train_step = make_train_step(self.strategy, self.model, self.optimizer,
-                                              self.spec, self.run.model_config,
+                                              self.spec, self.model_config,
                                               batches.element_spec, self.config.clip_norm)
         for batch in batches:
             epoch = int(self.strategy.experimental_local_results(batch["epoch"])[0])
@@ -549,6 +586,8 @@ class Trainer:
         self._metrics({"event": "epoch", "epoch": state.epoch, "step": state.global_step,
                        "padding": self.padding.take()})
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
+        if self.growth and self.growth.grows_after(state.epoch):
+            self._grow(state)
         if state.evaluated_step != state.global_step:  # not just scored by the cadence
             self._evaluate_dev(state, "epoch")
         self._save("latest", state)
