@@ -26,6 +26,7 @@ def average_run(folder: str | Path, last: int) -> dict[str, Any]:
 
     from asrkit.runs import load_run
     from asrkit.train.checkpoints import AVERAGED, Checkpoints
+    from asrkit.train.growth import saved_model_config
 
     run = load_run(folder)
     checkpoints = Checkpoints(run.folder / "checkpoints")
@@ -36,12 +37,23 @@ def average_run(folder: str | Path, last: int) -> dict[str, Any]:
             f"with -o keep_checkpoints={last} (or more), or average fewer with --last"
         )
     chosen = kept[-last:]
-    model = run.spec.build(run.model_config, run.extractor.num_features(run.feature_config),
+    # A growing run (asrkit.train.growth): the size of its latest checkpoint, and every one
+    # averaged must hold all of that model's weights (none from before a growth).
+    model = run.spec.build(saved_model_config(run, "latest"),
+                           run.extractor.num_features(run.feature_config),
                            run.alphabet.num_classes)
     reader = tf.train.Checkpoint(model=model)
     total: list[Any] = []
     for entry in chosen:  # the newest last, so its non-trainable weights stay
-        reader.read(str(checkpoints.folder / entry["folder"] / "ckpt")).expect_partial()
+        status = reader.read(str(checkpoints.folder / entry["folder"] / "ckpt"))
+        try:
+            status.assert_existing_objects_matched()
+        except AssertionError:
+            raise AsrkitError(
+                f"the checkpoint of step {entry['step']} in {run.folder} lacks weights of the "
+                "model as it is now (saved before it grew); average fewer with --last"
+            ) from None
+        status.expect_partial()
         weights = [np.asarray(w.numpy(), np.float64) for w in model.trainable_variables]
         total = weights if not total else [t + w for t, w in zip(total, weights, strict=True)]
     for weight, summed in zip(model.trainable_variables, total, strict=True):

@@ -279,21 +279,36 @@ class Watcher:
         import tensorflow as tf
 
         from asrkit.data.pipeline import make_dataset
-        from asrkit.evaluate import choose_decoder, make_predict
+        from asrkit.evaluate import choose_decoder
 
         run = self.run
         extractor = run.extractor
-        num_features = extractor.num_features(run.feature_config)
-        self.model = run.spec.build(run.model_config, num_features, run.alphabet.num_classes)
-        self.reader = tf.train.Checkpoint(model=self.model)
+        self.model_config = None
+        self._build_model(run.model_config)
         # The run's decoder settings, as evaluate uses them, with -o decoder.KEY=VALUE on top.
         self.decoder = choose_decoder(run, self.decoder_name, self.settings)
         self.batches = {split: make_dataset(run.dataset, split, run.alphabet, extractor,
                                             run.feature_config, run.pipeline.for_evaluation())
                         for split in self.splits}
-        self.predict = make_predict(self.model, run.spec, run.model_config, num_features)
         self.writer = tf.summary.create_file_writer(
             str(self.folder / "tensorboard" / f"watch-{self.label}"))
+
+    def _build_model(self, model_config: Any) -> None:
+        """The model at ``model_config``'s size, the reader of its checkpoints and its compiled
+        prediction; built again only when a growing run's size changes
+        (:mod:`asrkit.train.growth`)."""
+        import tensorflow as tf
+
+        from asrkit.evaluate import make_predict
+
+        if model_config == self.model_config:
+            return
+        run = self.run
+        num_features = run.extractor.num_features(run.feature_config)
+        self.model = run.spec.build(model_config, num_features, run.alphabet.num_classes)
+        self.reader = tf.train.Checkpoint(model=self.model)
+        self.predict = make_predict(self.model, run.spec, model_config, num_features)
+        self.model_config = model_config
 
     def score(self, snapshot: Snapshot) -> None:
         """Evaluate one snapshot on every split; record, log, keep it if it is the best."""
@@ -301,7 +316,12 @@ class Watcher:
 
         from asrkit.data.shards import damaged_dataset_error
         from asrkit.evaluate import evaluate_dataset
+        from asrkit.train.growth import Growth
 
+        growth = Growth.of(self.run.train, self.run.spec, self.run.model_config)
+        if growth is not None:  # the size the snapshot was saved at
+            self._build_model(growth.config_at(self.run.model_config,
+                                               int(snapshot.state.get("epoch", 0))))
         try:
             self.reader.read(str(snapshot.folder / "ckpt")).expect_partial()
         except (tf.errors.OpError, ValueError) as error:

@@ -75,7 +75,9 @@ def saved_model_config(run: Any, kind: str = "latest") -> Any:
     growth = Growth.of(run.train, run.spec, run.model_config)
     if growth is None:
         return run.model_config
-    checkpoints = Checkpoints(run.folder / "checkpoints")
+    # A watcher's best-by-METRIC checkpoint lives in RUN/watch (asrkit.watch).
+    checkpoints = Checkpoints(run.folder / ("watch" if kind.startswith("best-by-")
+                                            else "checkpoints"))
     kinds = (kind, *(k for k in KINDS if k != kind)) if kind in KINDS else (kind,)
     for candidate in kinds:
         state = checkpoints.state(candidate)
