@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -69,16 +70,22 @@ def tutorial_files(package: str = "asrkit-importer-foo") -> dict[str, str]:
     return {name: body for name, body in blocks if name.startswith(f"{package}/")}
 
 
+def install_tutorial(package: str, files: set[str], folder: Path) -> Path:
+    """Write the page's plugin ``package`` (exactly ``files``, paths inside the package) into
+    ``folder`` as an author would copy it, and pip-install it into ``folder / "site"``, which
+    is returned (the package's own files stay in ``folder / package``)."""
+    found = tutorial_files(package)
+    assert set(found) == {f"{package}/{name}" for name in files}
+    for name, content in found.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(content)
+    pip_install(folder / package, folder / "site")
+    return folder / "site"
+
+
 def test_tutorial_plugin_installs_and_passes_its_tests(tmp_path):
-    files = tutorial_files()
-    assert set(files) == {"asrkit-importer-foo/pyproject.toml",
-                          "asrkit-importer-foo/asrkit_importer_foo/__init__.py",
-                          "asrkit-importer-foo/tests/test_foo.py"}
-    for name, content in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(content)
-    site = tmp_path / "site"
-    pip_install(tmp_path / "asrkit-importer-foo", site)
+    site = install_tutorial("asrkit-importer-foo", {
+        "pyproject.toml", "asrkit_importer_foo/__init__.py", "tests/test_foo.py"}, tmp_path)
 
     listing = run_asrkit("plugins", "--json", pythonpath=site)
     plugins = {p["name"]: p for p in json.loads(listing.stdout)["plugins"]}

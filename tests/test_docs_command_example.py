@@ -8,23 +8,16 @@ import json
 
 import pytest
 
-from tests.conftest import pip_install, run_asrkit
-from tests.test_docs import tutorial_files
+from tests.conftest import run_asrkit
+from tests.test_docs import install_tutorial
 
 PACKAGE = "asrkit-command-datasets"
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    files = tutorial_files(PACKAGE)
-    assert set(files) == {f"{PACKAGE}/pyproject.toml",
-                          f"{PACKAGE}/asrkit_command_datasets/__init__.py"}
-    base = tmp_path_factory.mktemp("command")
-    for name, content in files.items():
-        (base / name).parent.mkdir(parents=True, exist_ok=True)
-        (base / name).write_text(content)
-    pip_install(base / PACKAGE, base / "site")
-    return base / "site"
+    return install_tutorial(PACKAGE, {"pyproject.toml", "asrkit_command_datasets/__init__.py"},
+                            tmp_path_factory.mktemp("command"))
 
 
 def test_the_plugin_is_listed(site):

@@ -11,40 +11,33 @@ import sys
 
 import pytest
 
-from tests.conftest import pip_install, run_asrkit
-from tests.test_docs import tutorial_files
+from tests.conftest import run_asrkit
+from tests.test_docs import install_tutorial
 
 PLUGIN = "asrkit-decoder-lexicon"
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    files = tutorial_files(PLUGIN)
-    assert set(files) == {f"{PLUGIN}/pyproject.toml",
-                          f"{PLUGIN}/asrkit_decoder_lexicon/__init__.py",
-                          f"{PLUGIN}/tests/test_lexicon.py"}
-    root = tmp_path_factory.mktemp("example")
-    for name, content in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(content)
-    pip_install(root / PLUGIN, root / "site")
-    return root
+    return install_tutorial(PLUGIN, {"pyproject.toml", "asrkit_decoder_lexicon/__init__.py",
+                                     "tests/test_lexicon.py"},
+                            tmp_path_factory.mktemp("example"))
 
 
 def test_the_example_plugin_passes_its_own_tests(site):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
-    env["PYTHONPATH"] = str(site / "site")
+    env["PYTHONPATH"] = str(site)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(site / PLUGIN / "tests")],
-        capture_output=True, text=True, env=env, cwd=site, check=False, timeout=300,
+         str(site.parent / PLUGIN / "tests")],
+        capture_output=True, text=True, env=env, cwd=site.parent, check=False, timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "3 passed" in result.stdout
 
 
 def test_the_example_plugin_lists_its_settings(site):
-    result = run_asrkit("plugins", "--settings", "lexicon", "--json", pythonpath=site / "site")
+    result = run_asrkit("plugins", "--settings", "lexicon", "--json", pythonpath=site)
     assert result.returncode == 0, result.stderr
     [listed] = json.loads(result.stdout)
     assert listed["kind"] == "decoder"
@@ -62,7 +55,7 @@ def test_evaluate_decodes_with_the_example_plugin_and_its_settings(site, dataset
     entry point, as ``asrkit`` finds it."""
     from asrkit.testing import make_tiny_run
 
-    monkeypatch.syspath_prepend(str(site / "site"))
+    monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("ASRKIT_HOME", str(datasets))
     plugins = make_plugins(entry_points=True)
     assert plugins.plugins["lexicon"].provider.distribution == PLUGIN

@@ -6,39 +6,22 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import ROOT, SPEECH, TINY, pip_install, run_asrkit
+from tests.conftest import SPEECH, TINY, run_asrkit
+from tests.test_docs import install_tutorial
 
 PACKAGE = "asrkit-features-energy"
-
-
-def example_files() -> dict[str, str]:
-    """The page's ``file=`` blocks of this example."""
-    text = (ROOT / "docs" / "writing-a-plugin.md").read_text()
-    section = text[text.index("## A feature extractor plugin"):]
-    blocks = re.findall(r"^```\w+ file=(\S+)\n(.*?)^```", section, re.S | re.M)
-    return {name: content for name, content in blocks if name.startswith(PACKAGE + "/")}
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The example package installed with pip into a folder of its own."""
-    source = tmp_path_factory.mktemp("example")
-    files = example_files()
-    assert set(files) == {f"{PACKAGE}/pyproject.toml",
-                          f"{PACKAGE}/asrkit_features_energy/__init__.py",
-                          f"{PACKAGE}/tests/test_energy.py"}
-    for name, content in files.items():
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        (source / name).write_text(content)
-    target = source / "site"
-    pip_install(source / PACKAGE, target)
-    return target
+    return install_tutorial(PACKAGE, {"pyproject.toml", "asrkit_features_energy/__init__.py",
+                                      "tests/test_energy.py"}, tmp_path_factory.mktemp("example"))
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import pytest
 
 from asrkit.testing import check_output_lengths, check_padding
 from asrkit.testing.models import sample_clip
-from tests.conftest import pip_install, run_asrkit
-from tests.test_docs import DOCS, tutorial_files
+from tests.conftest import run_asrkit
+from tests.test_docs import DOCS, install_tutorial
 
 PACKAGE = "asrkit-model-tinyconv"
 #: Wall-clock limit of each command: minutes, since the test machine may be shared.
@@ -25,16 +25,9 @@ TIMEOUT = 600
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The tutorial's model plugin, extracted from the page and pip-installed into a folder."""
-    files = tutorial_files(PACKAGE)
-    assert set(files) == {f"{PACKAGE}/pyproject.toml",
-                          f"{PACKAGE}/asrkit_model_tinyconv/__init__.py",
-                          f"{PACKAGE}/tests/test_tinyconv.py"}
-    root = tmp_path_factory.mktemp("model-plugin")
-    for name, content in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(content)
-    pip_install(root / PACKAGE, root / "site")
-    return root / "site"
+    return install_tutorial(PACKAGE, {"pyproject.toml", "asrkit_model_tinyconv/__init__.py",
+                                      "tests/test_tinyconv.py"},
+                            tmp_path_factory.mktemp("model-plugin"))
 
 
 def test_model_plugin_trains_evaluates_transcribes_and_exports(site, tiny_dataset, tmp_path):

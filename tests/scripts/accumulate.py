@@ -8,30 +8,18 @@ the one big step, and the size of the update itself.
 
 import json
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
-from asrkit.models.brnn import BRNN, BRNNConfig  # noqa: E402
+from tiny_brnn_batch import batch, config, initial, spec  # noqa: E402
+
 from asrkit.train.accumulate import AccumulatingStep  # noqa: E402
 from asrkit.train.config import TrainConfig  # noqa: E402
 from asrkit.train.engine import make_optimizer, make_train_step  # noqa: E402
 
-spec, config = BRNN(), BRNNConfig(n_hidden=48, n_cell=32, context=2, dropout=0.0)
-rng = np.random.default_rng(0)
-lengths = np.array([60, 45, 52, 38], np.int32)
-batch = {
-    "features": rng.normal(size=(4, 60, 26)).astype(np.float32)
-    * (np.arange(60)[None, :, None] < lengths[:, None, None]),
-    "feature_lengths": lengths,
-    "labels": rng.integers(0, 28, size=(4, 12)).astype(np.int32),
-    "label_lengths": np.array([12, 9, 10, 7], np.int32),
-}
-keras.utils.set_random_seed(7)
-initial = [w.copy() for w in spec.build(config, 26, 29).get_weights()]
 train = TrainConfig(learning_rate=0.01, clip_norm=0.5)  # a norm the gradient exceeds
 
 
