@@ -27,8 +27,11 @@ Fixtures:
     (session) a run folder as ``asrkit train`` leaves it, of a tiny random ``brnn``: what
     ``asrkit evaluate``, ``transcribe`` and ``export`` read, built in a second.
 
-Model plugins have contract checks besides (:mod:`asrkit.testing.models`): ``check_model``
-runs them all on a registered model.
+Contract checks for a plugin author's own component, each a plain function that raises
+``AssertionError`` naming what is wrong: ``check_model`` (:mod:`asrkit.testing.models`: padding
+independence, declared stride, a few training steps, export), ``check_extractor``
+(:mod:`asrkit.testing.features`: frame counts, ``extract_batch`` against ``extract``) and
+``check_decoder`` (:mod:`asrkit.testing.decoders`: settings round-trip, greedy equivalence).
 """
 
 from __future__ import annotations
