@@ -122,7 +122,8 @@ def cli(datasets, monkeypatch, make_plugins, asrkit_cli):
 
 def test_train_evaluate_transcribe_and_export(cli, tmp_path):
     from asrkit.export import ExportedModel
-    from asrkit.features import LogMelConfig, count_frames, frame_geometry
+    from asrkit.features import LogMelConfig
+    from asrkit.frames import count_frames, frame_geometry
     from asrkit.transcribe import load_audio
 
     run = tmp_path / "run"

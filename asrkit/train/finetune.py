@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from asrkit.errors import AsrkitError
+from asrkit.settings import format_value, to_dict
 from asrkit.train.checkpoints import KINDS, Checkpoints
 
 
@@ -66,23 +67,12 @@ def source_overrides(source: Any) -> list[str]:
     """``-o`` pairs giving a new run the source run's feature extractor, model and feature
     settings; the user's own ``-o`` come after them and win (the sizes check then says if
     they do not fit)."""
-    from asrkit.train.config import to_dict
 
     pairs = [f"features={source.train.features}"]  # the extractor, then its settings
     for section, config in (("model", source.model_config), ("features", source.feature_config)):
-        pairs += [f"{section}.{key}={_as_text(value)}" for key, value in to_dict(config).items()]
+        pairs += [f"{section}.{key}={format_value(value)}"
+                  for key, value in to_dict(config).items()]
     return pairs
-
-
-def _as_text(value: Any) -> str:
-    """A setting's value as ``-o`` reads it back."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list | tuple):
-        return ",".join(_as_text(v) for v in value)
-    return str(value)
 
 
 def layer_weights(model: Any) -> dict[str, Any]:
@@ -144,7 +134,6 @@ def prepare(run: Any, source_run: Any, source: InitSource) -> tuple[Any, str]:
 def _differences(source_run: Any, run: Any, layer: str, theirs: dict[str, Any],
                  mine: dict[str, Any]) -> str:
     """The model and feature settings that differ, else the first layer's shapes."""
-    from asrkit.train.config import to_dict
 
     found = []
     for section in ("model_config", "feature_config"):
