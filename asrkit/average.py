@@ -41,7 +41,7 @@ def average_run(folder: str | Path, last: int) -> dict[str, Any]:
     # averaged must hold all of that model's weights (none from before a growth).
     model = run.spec.build(saved_model_config(run, "latest"),
                            run.extractor.num_features(run.feature_config),
-                           run.alphabet.num_classes)
+                           run.labels.num_classes)
     reader = tf.train.Checkpoint(model=model)
     total: list[Any] = []
     for entry in chosen:  # the newest last, so its non-trainable weights stay

@@ -174,7 +174,7 @@ def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | No
     # model loads.
     run = load_run(folder)
     decoder = choose_decoder(run, decoder_name, decoder_settings)
-    try_decoder(decoder, run.alphabet)
+    try_decoder(decoder, run.labels)
     run, model, state = load_run_model(folder, checkpoint)
     spec, extractor = run.spec, run.extractor
     if checkpoint in ("best", "latest"):
@@ -183,12 +183,12 @@ def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | No
         scored = {"kind": checkpoint, "step": state["global_step"]}
         if "averaged_steps" in state:
             scored["averaged_steps"] = state["averaged_steps"]
-    batches = make_dataset(run.dataset, split, run.alphabet, extractor, run.feature_config,
+    batches = make_dataset(run.dataset, split, run.labels, extractor, run.feature_config,
                            run.pipeline.for_evaluation())
     predict = make_predict(model, spec, run.model_config,
                            extractor.num_features(run.feature_config))
     try:
-        evaluation = evaluate_dataset(predict, batches, decoder, run.alphabet, split, progress)
+        evaluation = evaluate_dataset(predict, batches, decoder, run.labels, split, progress)
     except tf.errors.DataLossError:
         error = damaged_dataset_error(run.dataset)
         if error is None:

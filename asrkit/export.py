@@ -86,7 +86,7 @@ def serving_module(run: Run, model: Any, with_text: bool = True) -> tf.Module:
     """
     import tensorflow as tf
 
-    alphabet = run.alphabet
+    alphabet = run.labels
     blank = alphabet.blank
     float_pcm = [tf.TensorSpec([None], tf.float32, name="pcm")]
     int16_pcm = [tf.TensorSpec([None], tf.int16, name="pcm")]
@@ -178,7 +178,7 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
 
             write_onnx(run, model, staging)
         meta = _metadata(run, fmt, checkpoint, state)
-        run.alphabet.save(staging / "alphabet.txt")
+        run.labels.save(staging / "alphabet.txt")
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         meta["verified_max_abs_diff"] = verify_export(staging, module)
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -253,8 +253,8 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
         "decoder": run.train.decoder,
         "sample_rate": SAMPLE_RATE,
         "frame_seconds": frame_seconds(run.feature_config, run.spec, run.model_config),
-        "alphabet": list(run.alphabet.symbols),
-        "blank": run.alphabet.blank,
+        "alphabet": list(run.labels.symbols),
+        "blank": run.labels.blank,
         "file": TFLITE_FILE if fmt == "tflite" else "saved_model.pb",
         "signatures": signatures + (["serving_default"] if fmt == "savedmodel" else []),
         "outputs": {"logits": ["logits"],

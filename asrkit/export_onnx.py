@@ -66,7 +66,7 @@ def onnx_function(run: Run, model: Any) -> Any:
     from asrkit.graph import greedy_labels, make_logits_fn
 
     logits_fn = make_logits_fn(run, model)
-    blank = run.alphabet.blank
+    blank = run.labels.blank
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name=INPUT)])
     def recognise(pcm: Any) -> dict[str, Any]:

@@ -58,6 +58,13 @@ def register_features(register: Register) -> None:
 
 
 @hookspec
+def register_tokenizers(register: Register) -> None:
+    """Register tokenizers: call ``register(tokenizer)`` with :class:`asrkit.types.Tokenizer`
+    instances. ``asrkit tokenizer build --tokenizer <name>`` builds one from a dataset, and
+    ``asrkit train -o tokenizer=FILE`` trains on the labels of a file it built."""
+
+
+@hookspec
 def register_commands(cli: click.Group) -> None:
     """Add top-level commands to the ``asrkit`` command line: ``cli.add_command(command)``.
     ``cli`` collects this plugin's commands; a name that is already taken is not replaced."""

@@ -38,6 +38,7 @@ REGISTER_HOOKS = {
     "register_models": "model",
     "register_decoders": "decoder",
     "register_features": "feature",
+    "register_tokenizers": "tokenizer",
 }
 
 

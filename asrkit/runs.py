@@ -6,7 +6,9 @@ exported or compared later.
     runs/<name>/
       config.json        the effective configuration: train, model, features, pipeline, decoder
       plugins.json       installed plugins and versions (``asrkit plugins --json``)
-      alphabet.txt       the alphabet the labels use
+      alphabet.txt       the dataset's alphabet (the labels, unless a tokenizer makes them)
+      tokenizer.json     with ``-o tokenizer=FILE``: which tokenizer, and its file's copy
+      tokenizer.model    (or the tokenizer's own suffix): that copy (:mod:`asrkit.tokenizers`)
       checkpoints/       latest.json + best.json pointers and their checkpoint folders
       metrics.jsonl      one JSON object a line: steps, epochs, evaluations, warnings
       tensorboard/       the same metrics for TensorBoard
@@ -27,8 +29,10 @@ from asrkit.decoders import decoder_config, try_decoder
 from asrkit.errors import AsrkitError
 from asrkit.files import write_json
 from asrkit.frames import check_sample_rate
+from asrkit.labels import Labels
 from asrkit.settings import from_dict, override, to_dict
 from asrkit.text import Alphabet
+from asrkit.tokenizers import CHARS, TokenizerFile, read_record
 from asrkit.train.config import TrainConfig, check_names, split_overrides
 
 
@@ -50,6 +54,13 @@ class Run:
     #: The ``Config`` of ``train.decoder`` (dev scoring, the report); ``None``: its defaults; a
     #: dict: as saved, for a decoder not installed here.
     decoder_config: Any = None
+    #: The file ``train.tokenizer`` names, loaded; None for characters (``chars``).
+    tokenizer_file: TokenizerFile | None = None
+
+    @property
+    def labels(self) -> Labels:
+        """What the model's output classes mean: the tokenizer's labels, else the alphabet."""
+        return self.tokenizer_file.labels if self.tokenizer_file is not None else self.alphabet
 
     @property
     def spec(self) -> Any:
@@ -105,6 +116,8 @@ class Run:
         write_json(self.folder / "config.json", {**self.to_json(), "num_features": width})
         write_json(self.folder / "plugins.json", get_plugins().as_json())
         self.alphabet.save(self.folder / "alphabet.txt")
+        if self.tokenizer_file is not None:
+            self.tokenizer_file.save_in(self.folder)
 
 
 def next_run_folder(model: str, root: Path = Path("runs")) -> Path:
@@ -168,9 +181,24 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     run = Run(folder or Path(), train, model_config, feature_config, pipeline, alphabet,
               preset_note=f"preset: {preset or 'none'} ({why})",
               feature_width=int(extractor.num_features(feature_config)),
-              decoder_config=decoder)
-    try_decoder(run.decoder, alphabet)  # e.g. a language model it needs: now, not at the end
+              decoder_config=decoder, tokenizer_file=_tokenizer_file(train, alphabet))
+    try_decoder(run.decoder, run.labels)  # e.g. a language model it needs: now, not at the end
     return replace(run, folder=folder or next_run_folder(train.model))
+
+
+def _tokenizer_file(train: TrainConfig, alphabet: Alphabet) -> TokenizerFile | None:
+    """The tokenizer file a new run names, checked against the dataset's alphabet: a character
+    the tokenizer cannot spell stops the run now, not at the first batch that holds it."""
+    if train.tokenizer == CHARS:
+        return None
+    opened = TokenizerFile.open(train.tokenizer)
+    missing = opened.labels.missing("".join(alphabet.symbols))
+    if missing:
+        shown = "".join(missing[:10])
+        raise AsrkitError(f"-o tokenizer={train.tokenizer} cannot spell {shown!r} of dataset "
+                          f"{train.dataset}'s alphabet; build it from that dataset (asrkit "
+                          f"tokenizer build --dataset {train.dataset})")
+    return opened
 
 
 def same_run(run: Run) -> Run:
@@ -230,6 +258,9 @@ def override_run(run: Run, overrides: list[str]) -> Run:
                 )
     train = run.train
     for key, value in sections.get("train", []):
+        if key == "tokenizer" and value != run.train.tokenizer:
+            raise AsrkitError(f"-o tokenizer={value}: a resumed run keeps its tokenizer "
+                              f"({run.train.tokenizer}); fine-tune a new run with --init-from")
         if key == "features" and (value or run.spec.features) != run.train.features:
             raise AsrkitError(f"-o features={value}: a resumed run keeps its feature extractor "
                               f"({run.train.features}); train a new run for another")
@@ -240,7 +271,7 @@ def override_run(run: Run, overrides: list[str]) -> Run:
     decoder = decoder_config(train.decoder, sections.get("decoder", []),
                              to_dict(run.decoder_config) if same and run.decoder_config else None)
     changed = replace(run, train=train, pipeline=pipeline, decoder_config=decoder)
-    try_decoder(changed.decoder, changed.alphabet)
+    try_decoder(changed.decoder, changed.labels)
     return changed
 
 
@@ -294,7 +325,14 @@ def load_run(folder: str | Path) -> Run:
         Alphabet.load(folder / "alphabet.txt"),
         feature_width=width if isinstance(width, int) else None,
         decoder_config=decoder,
+        tokenizer_file=None if train.tokenizer == CHARS else _saved_tokenizer(folder),
     )
+
+
+def _saved_tokenizer(folder: Path) -> TokenizerFile:
+    name, path = read_record(folder)
+    tokenizer = _installed(folder, "tokenizer", name)
+    return TokenizerFile(name, path, tokenizer.load(path))
 
 
 #: The metrics ``asrkit evaluate --watch`` can keep a best checkpoint by (:mod:`asrkit.watch`).
@@ -319,7 +357,7 @@ def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, A
 
     run = load_run(folder)
     model_config = saved_model_config(run, checkpoint)  # a growing run's size at that point
-    model = run.spec.build(model_config, run.num_features(), run.alphabet.num_classes)
+    model = run.spec.build(model_config, run.num_features(), run.labels.num_classes)
     # The moving average of the weights, when the run keeps one (an averaged checkpoint holds
     # only the mean of the weights).
     keeps_average = bool(run.train.ema_decay) and checkpoint != "averaged"

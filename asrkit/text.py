@@ -16,19 +16,20 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from asrkit.errors import AsrkitError
+from asrkit.labels import LabelError, Labels
 
 #: The default English alphabet: space, a-z, apostrophe (28 symbols; 29 classes with the blank).
 ENGLISH = (" ", *"abcdefghijklmnopqrstuvwxyz", "'")
 
 
-class AlphabetError(AsrkitError):
+class AlphabetError(LabelError):
     """A transcript holds a character the alphabet lacks, or a file is malformed."""
 
 
 @dataclass(frozen=True)
-class Alphabet:
-    """An ordered set of symbols; label ``i`` is ``symbols[i]``, the blank is ``len(symbols)``."""
+class Alphabet(Labels):
+    """Characters as labels: label ``i`` is ``symbols[i]``, the blank is ``len(symbols)``; the
+    space symbol separates words (:class:`asrkit.labels.Labels`' ``word_marker``)."""
 
     symbols: tuple[str, ...] = ENGLISH
 
@@ -37,19 +38,6 @@ class Alphabet:
             raise AlphabetError("alphabet has a symbol twice")
         if any(len(s) != 1 for s in self.symbols):
             raise AlphabetError("alphabet symbols must be single characters")
-
-    @property
-    def size(self) -> int:
-        return len(self.symbols)
-
-    @property
-    def num_classes(self) -> int:
-        """Outputs a CTC model needs: the symbols plus the blank."""
-        return len(self.symbols) + 1
-
-    @property
-    def blank(self) -> int:
-        return len(self.symbols)
 
     def missing(self, text: str) -> list[str]:
         """Characters of ``text`` the alphabet lacks, each once, in order of appearance."""
@@ -69,16 +57,9 @@ class Alphabet:
             ) from None
 
     def decode(self, labels: Iterable[int]) -> str:
-        """Text of ``labels``; blanks are dropped, anything else out of range is an error."""
-        out = []
-        for label in labels:
-            label = int(label)
-            if label == self.blank:
-                continue
-            if not 0 <= label < self.size:
-                raise AlphabetError(f"label {label} is outside the alphabet of {self.size}")
-            out.append(self.symbols[label])
-        return "".join(out)
+        """Text of ``labels``, the symbols as they are (spaces too); blanks are dropped,
+        anything else out of range is an error."""
+        return "".join(self.symbols[label] for label in self._checked(labels))
 
     def to_text(self) -> str:
         lines = ["# asrkit alphabet: one symbol a line; the CTC blank is the class after the last"]

@@ -168,7 +168,7 @@ class CheckpointRecognizer(Recognizer):
         from asrkit.runs import load_run_model
 
         run, model, state = load_run_model(folder, checkpoint)
-        self.alphabet = run.alphabet
+        self.alphabet = run.labels
         self.frame_seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
         self.default_decoder = run.train.decoder
         self.name = f"{run.folder} ({run.spec.name}, step {state.get('global_step', '?')})"

@@ -353,10 +353,51 @@ class FeatureExtractor(ABC):
         return features, frame_lengths
 
 
+class Tokenizer(ABC):
+    """Makes the labels a model is trained on: characters (``chars``, the default) or subword
+    pieces, chosen per run with ``-o tokenizer=FILE`` (a file this tokenizer built).
+
+    The contract (``asrkit.testing.check_tokenizer`` checks it):
+
+    - ``suffix``: the end of the file names :meth:`build` writes (``".model"``); ``-o
+      tokenizer=FILE`` finds the tokenizer by it, so two installed tokenizers must not share
+      one.
+    - ``Config``: a frozen dataclass of the build settings with their defaults (``vocab_size``,
+      ...), set by ``asrkit tokenizer build -o KEY=VALUE``.
+    - ``build(texts, config, path)``: learn a vocabulary from normalised transcripts (lower
+      case, single spaces, the dataset's alphabet) and write it to ``path``. It must be able to
+      spell every transcript it was built from.
+    - ``load(path)``: the :class:`asrkit.labels.Labels` the file describes: ``symbols`` (the
+      model's classes before the blank, in order), ``word_marker`` (how a symbol says it starts
+      a word) and ``encode``. Decoding, word times and exports read only ``symbols`` and
+      ``word_marker``; ``encode`` serves training and forced alignment. ``load`` of what
+      ``build`` wrote gives labels whose ``decode(encode(text)) == text``.
+
+    ``build`` may import heavy libraries (it runs in ``asrkit tokenizer build``); ``load`` runs
+    in every command that reads the run.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Config: ClassVar[type] = NoSettings
+    suffix: ClassVar[str]
+
+    @abstractmethod
+    def build(self, texts: Sequence[str], config: Any, path: Any) -> None:
+        """Learn a vocabulary from ``texts`` (normalised transcripts) and write it to ``path``
+        (a :class:`pathlib.Path` ending in ``suffix``)."""
+
+    @abstractmethod
+    def load(self, path: Any) -> Any:
+        """The :class:`asrkit.labels.Labels` of a file :meth:`build` wrote; an
+        :class:`~asrkit.errors.AsrkitError` in one line when the file is not one."""
+
+
 #: What each ``register_*`` hook accepts, by registry kind.
 KINDS: dict[str, type] = {
     "importer": Importer,
     "model": ModelSpec,
     "decoder": Decoder,
     "feature": FeatureExtractor,
+    "tokenizer": Tokenizer,
 }

@@ -287,7 +287,7 @@ class Watcher:
         self._build_model(run.model_config)
         # The run's decoder settings, as evaluate uses them, with -o decoder.KEY=VALUE on top.
         self.decoder = choose_decoder(run, self.decoder_name, self.settings)
-        self.batches = {split: make_dataset(run.dataset, split, run.alphabet, extractor,
+        self.batches = {split: make_dataset(run.dataset, split, run.labels, extractor,
                                             run.feature_config, run.pipeline.for_evaluation())
                         for split in self.splits}
         self.writer = tf.summary.create_file_writer(
@@ -305,7 +305,7 @@ class Watcher:
             return
         run = self.run
         num_features = run.extractor.num_features(run.feature_config)
-        self.model = run.spec.build(model_config, num_features, run.alphabet.num_classes)
+        self.model = run.spec.build(model_config, num_features, run.labels.num_classes)
         self.reader = tf.train.Checkpoint(model=self.model)
         self.predict = make_predict(self.model, run.spec, model_config, num_features)
         self.model_config = model_config
@@ -335,7 +335,7 @@ class Watcher:
                 continue
             try:
                 evaluation = evaluate_dataset(self.predict, self.batches[split], self.decoder,
-                                              self.run.alphabet, split, self.progress)
+                                              self.run.labels, split, self.progress)
             except tf.errors.DataLossError:
                 error = damaged_dataset_error(self.run.dataset)
                 if error is None:

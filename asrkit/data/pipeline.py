@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from asrkit.data import augment
 from asrkit.data.shards import SAMPLE_RATE, feature_spec, parse, shard_paths
 from asrkit.errors import AsrkitError
+from asrkit.labels import Labels
 from asrkit.settings import MAX_SEED, setting, validate
 from asrkit.text import Alphabet
 from asrkit.types import FeatureExtractor
@@ -162,14 +163,21 @@ class PipelineConfig:
 # -- labels -------------------------------------------------------------------------------------
 
 
-def label_encoder(alphabet: Alphabet) -> Callable[[Any, Any], Any]:
+def label_encoder(labels: Labels) -> Callable[[Any, Any], Any]:
     """An in-graph ``encode(transcript, utterance_id) -> int32 labels``.
 
-    Characters are looked up by code point in a constant table; a character the alphabet lacks
-    stops the pipeline with an error naming the character(s), the utterance and its transcript.
+    Characters (an :class:`~asrkit.text.Alphabet`) are looked up by code point in a constant
+    table; a character the alphabet lacks stops the pipeline with an error naming the
+    character(s), the utterance and its transcript. Other labels (subword pieces) are encoded
+    by their own ``encode`` in Python: a transcript is a few hundred bytes, and the features
+    beside it cost far more.
     """
     import numpy as np
     import tensorflow as tf
+
+    if not isinstance(labels, Alphabet):
+        return _python_encoder(labels)
+    alphabet = labels
 
     codepoints = [ord(symbol) for symbol in alphabet.symbols]
     table = np.full(max(codepoints) + 2, -1, np.int32)  # the last entry: anything beyond
@@ -345,7 +353,7 @@ def resolve_extractor(extractor: FeatureExtractor | str) -> FeatureExtractor:
 def make_dataset(
     dataset_dir: str | Path,
     split: str,
-    alphabet: Alphabet,
+    labels: Labels,
     extractor: FeatureExtractor | str,
     feature_config: Any = None,
     config: PipelineConfig | None = None,
@@ -354,7 +362,9 @@ def make_dataset(
 ) -> tf.data.Dataset:
     """Batches of one split of an imported dataset (see the module docstring for their keys).
 
-    ``extractor`` is a :class:`~asrkit.types.FeatureExtractor` or its registered name;
+    ``labels`` encode the transcripts (an :class:`~asrkit.text.Alphabet` or a tokenizer's
+    :class:`~asrkit.labels.Labels`). ``extractor`` is a
+    :class:`~asrkit.types.FeatureExtractor` or its registered name;
     ``feature_config`` defaults to ``extractor.Config()``. Under ``tf.distribute``, call this
     from ``strategy.distribute_datasets_from_function`` with its ``input_context``: each input
     pipeline then reads a disjoint share of the split.
@@ -376,11 +386,11 @@ def make_dataset(
         )
     edges, batch_sizes = batch_plan(dataset_dir, split, config)
     pipelines, index = _pipeline_share(input_context)
-    cache_name = _cache_name(split, extractor, feature_config, alphabet, config, index)
+    cache_name = _cache_name(split, extractor, feature_config, labels, config, index)
     calls = {"num_parallel_calls": config.parallel_calls, "deterministic": config.deterministic}
 
     dataset = _records(files, config, pipelines, index, seed)
-    dataset = dataset.map(_reader(label_encoder(alphabet)), **calls)
+    dataset = dataset.map(_reader(label_encoder(labels)), **calls)
     if config.audio_augment:
         dataset = _cache(dataset, config.cache, cache_name)  # audio: each epoch perturbs anew
         dataset = _with_seeds(dataset, seed, salt=1).map(_audio_augmenter(config), **calls)
@@ -393,7 +403,7 @@ def make_dataset(
         )
     if config.spec_augment:
         dataset = _with_seeds(dataset, seed, salt=2).map(_masker(config), **calls)
-    dataset = _batch(dataset, edges, batch_sizes, alphabet.blank)
+    dataset = _batch(dataset, edges, batch_sizes, labels.blank)
     dataset = dataset.map(_finisher(config), **calls).prefetch(config.prefetch)
     return dataset.with_options(dataset_options(config, input_context))
 
@@ -563,17 +573,37 @@ def _with_seeds(dataset: tf.data.Dataset, seed: Any, salt: int) -> tf.data.Datas
     return tf.data.Dataset.zip(dataset, seeds)
 
 
+def _python_encoder(labels: Labels) -> Callable[[Any, Any], Any]:
+    """``encode`` for labels that only Python can encode (``labels.encode``); an error names
+    the utterance."""
+    import numpy as np
+    import tensorflow as tf
+
+    def encode_py(transcript: bytes, utterance_id: bytes) -> np.ndarray:
+        return np.asarray(labels.encode(transcript.decode("utf-8"), utterance_id.decode()),
+                          dtype=np.int32)
+
+    def encode(transcript: tf.Tensor, utterance_id: tf.Tensor) -> tf.Tensor:
+        out = tf.numpy_function(encode_py, [transcript, utterance_id], tf.int32, stateful=False)
+        out.set_shape([None])
+        return out
+
+    return encode
+
+
 def _cache_name(
     split: str,
     extractor: FeatureExtractor,
     feature_config: Any,
-    alphabet: Alphabet,
+    labels: Labels,
     config: PipelineConfig,
     index: int,
 ) -> str:
     """A cache file name that changes with everything the cached values depend on, so a stale
-    cache (other features, alphabet or augmentation) is never read."""
-    key = repr((extractor.name, feature_config, alphabet.symbols, config.audio_augment))
+    cache (other features, labels or augmentation) is never read. Character labels keep the
+    key they always had, so that caches written before tokenizers existed stay valid."""
+    identity = labels.symbols if isinstance(labels, Alphabet) else labels.fingerprint()
+    key = repr((extractor.name, feature_config, identity, config.audio_augment))
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     return f"{split}-{extractor.name}-{digest}-{index}"
 

@@ -240,7 +240,7 @@ def make_tiny_run(folder: Path, seed: int = 3) -> Path:
               PipelineConfig(), Alphabet())
     run.save()
     keras.utils.set_random_seed(seed)
-    model = run.spec.build(run.model_config, 26, run.alphabet.num_classes)
+    model = run.spec.build(run.model_config, 26, run.labels.num_classes)
     # Random weights favour one or two classes everywhere. Raise the space's bias until it wins
     # a third of the frames of a real utterance, so that the model "speaks" in words.
     audio = load_audio(sample_clip()).astype(np.float32) / 32768
@@ -273,7 +273,7 @@ def check_model(model: str | ModelSpec, folder: str | Path, dataset: str | Path,
     folder = Path(folder)
     run = new_run(TrainConfig(model=name, dataset=str(dataset)), list(settings), folder)
     num_features = run.extractor.num_features(run.feature_config)
-    num_classes = run.alphabet.num_classes
+    num_classes = run.labels.num_classes
     keras_model = build_model(spec, run.model_config, num_features, num_classes, seed)
     stride = check_output_lengths(spec, run.model_config, num_features, num_classes, seed,
                                   model=keras_model)

@@ -94,6 +94,9 @@ class TrainConfig:
     #: ``asrkit evaluate --watch`` scores the checkpoints in another process.
     evaluate_dev: bool = True
     decoder: str = "greedy"
+    #: The labels: ``chars`` (the dataset's alphabet) or a file a tokenizer built, such as a
+    #: SentencePiece model from ``asrkit tokenizer build`` (:mod:`asrkit.tokenizers`).
+    tokenizer: str = "chars"
     #: Stop with an error after this many consecutive batches with a non-finite loss.
     max_bad_batches: int = setting(10, min=1)
     log_every: int = setting(10, min=1)

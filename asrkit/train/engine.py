@@ -170,7 +170,7 @@ class Trainer:
         the moving average, the checkpoints, the compiled steps (again after a growth)."""
         with self.strategy.scope():
             self.model = self.spec.build(model_config, self.num_features,
-                                         self.run.alphabet.num_classes)
+                                         self.run.labels.num_classes)
             if self.config.freeze:  # before the optimiser takes the trainable variables
                 from asrkit.train.finetune import freeze
 
@@ -229,7 +229,7 @@ class Trainer:
             # Plain Python building a pipeline: AutoGraph must not rewrite its conditionals.
             @tf.autograph.experimental.do_not_convert
             def epoch(number: Any) -> Any:
-                data = make_dataset(self.dataset_dir, config.train_split, run.alphabet,
+                data = make_dataset(self.dataset_dir, config.train_split, run.labels,
                                     self.extractor, run.feature_config, pipeline, context,
                                     seed=number + config.seed)
                 return data.map(lambda batch: {**batch, "epoch": number})
@@ -248,11 +248,11 @@ class Trainer:
             self.decoder = self.run.decoder  # with the run's decoder settings
         if split not in self.eval_batches:  # built once: its order is fixed, no shuffling
             self.eval_batches[split] = make_dataset(
-                self.dataset_dir, split, self.run.alphabet, self.extractor,
+                self.dataset_dir, split, self.run.labels, self.extractor,
                 self.run.feature_config, self.run.pipeline.for_evaluation())
         with self.ema.applied() if self.ema else contextlib.nullcontext():  # what is exported
             return evaluate_dataset(self.predict, self.eval_batches[split], self.decoder,
-                                    self.run.alphabet, split,
+                                    self.run.labels, split,
                                     self.progress if progress is None else progress)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -685,8 +685,11 @@ def too_short(run: Run, dataset_dir: Any, split: str) -> list[str]:
     for row in read_csv(path):
         samples = (round(row.duration * SAMPLE_RATE) if row.duration is not None
                    else max(0, (row.wav_filesize - WAV_HEADER_BYTES) // 2))
-        if not fits(samples, len(row.transcript), run.feature_config, run.spec,
-                    run.model_config):
+        try:
+            needed = len(run.labels.encode(row.transcript))
+        except AsrkitError:  # the pipeline names the characters the labels cannot spell
+            continue
+        if not fits(samples, needed, run.feature_config, run.spec, run.model_config):
             short.append(Path(row.wav_filename).stem)
     return short
 

@@ -99,20 +99,20 @@ def _build(run: Any, num_classes: int) -> Any:
 
 
 def prepare(run: Any, source_run: Any, source: InitSource) -> tuple[Any, str]:
-    """``run`` set to start from ``source``, and the line to print when the alphabets differ
-    (else ""). Refuses another model, other sizes, and unknown ``init_reset`` and ``freeze``
-    names."""
+    """``run`` set to start from ``source``, and the line to print when the labels differ
+    (another alphabet or tokenizer; else ""). Refuses another model, other sizes, and unknown
+    ``init_reset`` and ``freeze`` names."""
     if source_run.train.model != run.train.model:
         raise AsrkitError(f"--init-from {source.folder} is a {source_run.train.model} run, this "
                           f"run a {run.train.model}: the model must be the same")
-    classes = run.alphabet.num_classes
+    classes = run.labels.num_classes
     mine = _build(run, classes)
     check_layer_names(mine, run.train.init_reset, "init_reset")
     check_layer_names(mine, run.train.freeze, "freeze")
     shapes = _shapes(mine)
-    theirs = _shapes(_build(source_run, source_run.alphabet.num_classes))
+    theirs = _shapes(_build(source_run, source_run.labels.num_classes))
     output: list[str] = []
-    if run.alphabet.symbols != source_run.alphabet.symbols:
+    if run.labels.symbols != source_run.labels.symbols:
         other = _shapes(_build(run, classes + 1))
         output = [name for name in shapes if shapes[name] != other.get(name)]
     differ = [name for name in {**theirs, **shapes}
@@ -125,8 +125,9 @@ def prepare(run: Any, source_run: Any, source: InitSource) -> tuple[Any, str]:
     train = replace(run.train, init_from=str(source), init_reset=reset)
     note = ""
     if output:
-        note = (f"the alphabet differs from {source.folder}'s ({source_run.alphabet.size} "
-                f"symbols there, {run.alphabet.size} here): the output layer "
+        what = "alphabet" if run.train.tokenizer == source_run.train.tokenizer else "tokenizer"
+        note = (f"the {what} differs from {source.folder}'s ({source_run.labels.size} "
+                f"symbols there, {run.labels.size} here): the output layer "
                 f"{', '.join(output)} starts afresh")
     return replace(run, train=train), note
 
@@ -160,7 +161,7 @@ def initialise(model: Any, init_from: str, reset: Iterable[str]) -> str:
 
     name, _, kind = init_from.rpartition(":")
     source_run = load_run(name)
-    source_model = _build(source_run, source_run.alphabet.num_classes)
+    source_model = _build(source_run, source_run.labels.num_classes)
     state = Checkpoints(Path(name) / "checkpoints", model=source_model).restore(kind)
     if state is None:
         raise AsrkitError(f"init_from {init_from}: {name} has no checkpoint")
