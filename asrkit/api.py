@@ -34,6 +34,7 @@ from asrkit.types import (
     ModelSpec,
     NoSettings,
     Resource,
+    Tokenizer,
     Utterance,
     safe_name,
 )
@@ -48,6 +49,7 @@ from asrkit.frames import Framing
 
 # isort: split
 # -- Text --------------------------------------------------------------------------------------
+from asrkit.labels import PIECE_MARKER, LabelError, Labels, Pieces
 from asrkit.text import Alphabet, decode_text, normalize, quote
 
 # isort: split
@@ -68,6 +70,7 @@ __all__ = [
     "DATASET_JSON",
     "DATASET_NAME",
     "NAME_PATTERN",
+    "PIECE_MARKER",
     "SAMPLE_RATE",
     "AcousticModel",
     "Alphabet",
@@ -81,13 +84,17 @@ __all__ = [
     "Framing",
     "Hypothesis",
     "Importer",
+    "LabelError",
+    "Labels",
     "ModelSpec",
     "NoSettings",
+    "Pieces",
     "PrefixBeamSearch",
     "Resource",
     "Row",
     "SettingInfo",
     "ShardRecord",
+    "Tokenizer",
     "Utterance",
     "WordScorer",
     "__version__",
