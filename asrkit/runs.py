@@ -181,23 +181,32 @@ def new_run(train: TrainConfig, overrides: list[str], folder: Path | None,
     run = Run(folder or Path(), train, model_config, feature_config, pipeline, alphabet,
               preset_note=f"preset: {preset or 'none'} ({why})",
               feature_width=int(extractor.num_features(feature_config)),
-              decoder_config=decoder, tokenizer_file=_tokenizer_file(train, alphabet))
+              decoder_config=decoder, tokenizer_file=_tokenizer_file(train, dataset))
     try_decoder(run.decoder, run.labels)  # e.g. a language model it needs: now, not at the end
     return replace(run, folder=folder or next_run_folder(train.model))
 
 
-def _tokenizer_file(train: TrainConfig, alphabet: Alphabet) -> TokenizerFile | None:
-    """The tokenizer file a new run names, checked against the dataset's alphabet: a character
-    the tokenizer cannot spell stops the run now, not at the first batch that holds it."""
+def _tokenizer_file(train: TrainConfig, dataset: Path) -> TokenizerFile | None:
+    """The tokenizer file a new run names, checked against the characters of the dataset's
+    train and dev transcripts: one the tokenizer cannot spell stops the run now, not at the
+    first batch (or the first dev evaluation) that holds it."""
     if train.tokenizer == CHARS:
         return None
+    from asrkit.data.manifest import read_csv
+
     opened = TokenizerFile.open(train.tokenizer)
-    missing = opened.labels.missing("".join(alphabet.symbols))
+    characters: set[str] = set()
+    for split in dict.fromkeys((train.train_split, train.dev_split)):
+        listing = dataset / f"{split}.csv"
+        if listing.is_file():
+            for row in read_csv(listing):
+                characters.update(row.transcript)
+    missing = opened.labels.missing("".join(sorted(characters)))
     if missing:
         shown = "".join(missing[:10])
-        raise AsrkitError(f"-o tokenizer={train.tokenizer} cannot spell {shown!r} of dataset "
-                          f"{train.dataset}'s alphabet; build it from that dataset (asrkit "
-                          f"tokenizer build --dataset {train.dataset})")
+        raise AsrkitError(f"-o tokenizer={train.tokenizer} cannot spell {shown!r}, which "
+                          f"dataset {train.dataset}'s transcripts hold; build it from that "
+                          f"dataset (asrkit tokenizer build --dataset {train.dataset})")
     return opened
 
 

@@ -125,3 +125,74 @@ def _suffix(name: str) -> str:
     from asrkit import plugins
 
     return str(plugins.get("tokenizer", name).suffix)
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What ``asrkit tokenizer build`` made: for the user, and as JSON for programs."""
+
+    tokenizer: str
+    output: Path
+    dataset: str
+    split: str
+    transcripts: int
+    symbols: int
+    #: Labels per transcript, on average: characters (what ``chars`` trains on) and the new
+    #: tokenizer's. Fewer labels means shorter CTC targets and, for a subsampling model, fewer
+    #: utterances too long for their transcript.
+    characters_per_transcript: float
+    labels_per_transcript: float
+    settings: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        from asrkit.settings import to_dict
+
+        return {**to_dict(self), "output": str(self.output)}
+
+    def summary(self) -> str:
+        ratio = self.labels_per_transcript / max(self.characters_per_transcript, 1e-9)
+        return (f"{self.tokenizer}: {self.symbols} symbols from {self.transcripts} transcripts "
+                f"of {self.dataset}/{self.split}; {self.labels_per_transcript:.1f} labels a "
+                f"transcript against {self.characters_per_transcript:.1f} characters "
+                f"({ratio:.2f}x); wrote {self.output}")
+
+
+def build_tokenizer(name: str, dataset: str, split: str, settings: Sequence[tuple[str, str]],
+                    output: Path | None) -> BuildReport:
+    """Build tokenizer ``name`` from the transcripts of ``dataset``'s ``split`` with
+    ``settings`` (``KEY=VALUE`` pairs of its ``Config``), write it to ``output`` (default:
+    ``<dataset>-<name>[-<vocab_size>]<suffix>`` here), load it back and check that it spells
+    every transcript."""
+    from asrkit import plugins
+    from asrkit.data.manifest import read_csv
+    from asrkit.datasets import resolve_dataset
+    from asrkit.settings import apply, to_dict
+
+    tokenizer = plugins.get("tokenizer", name)
+    config = apply(tokenizer.Config(), settings)
+    folder = resolve_dataset(dataset)
+    listing = folder / f"{split}.csv"
+    if not listing.is_file():
+        raise AsrkitError(f"dataset {dataset} has no split {split!r} ({listing} is missing)")
+    texts = [row.transcript for row in read_csv(listing)]
+    if not texts:
+        raise AsrkitError(f"{listing} holds no transcripts to build a tokenizer from")
+    if output is None:
+        size = getattr(config, "vocab_size", None)
+        output = Path(f"{folder.name}-{name}{'' if size is None else f'-{size}'}"
+                      f"{tokenizer.suffix}")
+    if not output.name.endswith(tokenizer.suffix):
+        raise AsrkitError(f"{output}: a {name} tokenizer's file name must end in "
+                          f"{tokenizer.suffix}, so that -o tokenizer=FILE finds its reader")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.build(texts, config, output)
+    labels = tokenizer.load(output)
+    count = 0
+    for number, text in enumerate(texts):
+        try:
+            count += len(labels.encode(text, f"{split} transcript {number + 1}"))
+        except AsrkitError as error:
+            raise AsrkitError(f"the {name} tokenizer built into {output} cannot spell its own "
+                              f"transcripts: {error}") from None
+    return BuildReport(name, output, folder.name, split, len(texts), labels.size,
+                       sum(map(len, texts)) / len(texts), count / len(texts), to_dict(config))

@@ -292,8 +292,10 @@ def test_plugins_settings_lists_a_decoders_model_and_extractor_settings(asrkit_c
     assert "(no settings)" in greedy.stdout
     missing = asrkit_cli(["plugins", "--settings", "nosuch"], plugins)
     assert missing.exit_code == 1
-    assert missing.stderr.startswith("asrkit: error: no model, feature extractor or decoder "
-                                     "named 'nosuch' (models: ")
+    assert missing.stderr.startswith("asrkit: error: no model, feature extractor, decoder or "
+                                     "tokenizer named 'nosuch' (models: ")
+    chars = asrkit_cli(["plugins", "--settings", "chars"], plugins)
+    assert "tokenizer chars (asrkit tokenizer build -s KEY=VALUE)" in chars.stdout
 
 
 # -- decoder settings on asrkit train --------------------------------------------------------------

@@ -44,32 +44,36 @@ def _plugin_table(plugins: PluginSet) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-#: The kinds with settings, the ``-o`` prefix of each, and how people call them.
-SETTING_KINDS = {"model": ("model.", "model"), "feature": ("features.", "feature extractor"),
-                 "decoder": ("decoder.", "decoder")}
+#: The kinds with settings: the ``-o`` prefix of each, how people call them, and where the
+#: settings are set.
+SETTING_KINDS = {"model": ("model.", "model", "-o model.KEY=VALUE"),
+                 "feature": ("features.", "feature extractor", "-o features.KEY=VALUE"),
+                 "decoder": ("decoder.", "decoder", "-o decoder.KEY=VALUE"),
+                 "tokenizer": ("", "tokenizer", "asrkit tokenizer build -s KEY=VALUE")}
 
 
 def _settings_of(plugins: PluginSet, name: str) -> list[tuple[str, str, type]]:
-    """``(kind, -o prefix, Config class)`` of every model, feature extractor or decoder called
-    ``name``; none is a one-line error listing what has settings."""
+    """``(kind, -o prefix, Config class)`` of every model, feature extractor, decoder or
+    tokenizer called ``name``; none is a one-line error listing what has settings."""
     registry = plugins.registry
     found = []
-    for kind, (prefix, _) in SETTING_KINDS.items():
+    for kind, (prefix, _, _) in SETTING_KINDS.items():
         if name in registry.names(kind):
             obj = registry.get(kind, name)
             found.append((kind, prefix, getattr(obj, "Config", None) or type(obj.config)))
     if not found:
         known = "; ".join(f"{label}s: {', '.join(registry.names(kind)) or 'none'}"
-                          for kind, (_, label) in SETTING_KINDS.items())
-        raise AsrkitError(f"no model, feature extractor or decoder named {name!r} ({known})")
+                          for kind, (_, label, _) in SETTING_KINDS.items())
+        raise AsrkitError(f"no model, feature extractor, decoder or tokenizer named {name!r} "
+                          f"({known})")
     return found
 
 
 @click.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--settings", "settings_of", metavar="NAME", default=None,
-              help="List the settings of the model, feature extractor or decoder NAME: "
-                   "their -o keys, types, defaults and what is allowed.")
+              help="List the settings of the model, feature extractor, decoder or tokenizer "
+                   "NAME: their keys, types, defaults and what is allowed.")
 @click.pass_obj
 def plugins_command(plugins: PluginSet, as_json: bool, settings_of: str | None) -> None:
     """List installed plugins, what each registers, and any that failed to load."""
@@ -84,7 +88,7 @@ def plugins_command(plugins: PluginSet, as_json: bool, settings_of: str | None) 
                 for kind, prefix, config in found], indent=2))
             return
         click.echo("\n\n".join(
-            f"{SETTING_KINDS[kind][1]} {settings_of} (-o {prefix}KEY=VALUE):\n"
+            f"{SETTING_KINDS[kind][1]} {settings_of} ({SETTING_KINDS[kind][2]}):\n"
             + settings_table(config, prefix) for kind, prefix, config in found))
     elif as_json:
         click.echo(json.dumps(plugins.as_json(), indent=2))
