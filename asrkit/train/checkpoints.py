@@ -74,8 +74,9 @@ class Checkpoints:
                 "(its layers are kept in a plain Python list); the model plugin must assign "
                 "each layer to an attribute"
             )
+        # The folder is made by the first save: reading a run's checkpoints (evaluate, a
+        # best-by lookup that finds none) must not leave an empty folder behind.
         self.folder = folder
-        self.folder.mkdir(parents=True, exist_ok=True)
         self.checkpoint = tf.train.Checkpoint(**trackables)
         self.saves = 0
         #: How many of the newest ``latest`` saves to keep in :data:`HISTORY`.
@@ -88,7 +89,7 @@ class Checkpoints:
         self.saves += 1
         name = f"ckpt-{step:09d}-{kind}-{secrets.token_hex(4)}"
         target = self.folder / name
-        target.mkdir()
+        target.mkdir(parents=True)
         _fault_point("begin", self.saves)
         self.checkpoint.write(str(target / "ckpt"))
         _sync_tree(target)
@@ -217,7 +218,7 @@ class Checkpoints:
                 continue
             except (OSError, ValueError, TypeError, KeyError):
                 return
-        for path in self.folder.iterdir():
+        for path in self.folder.iterdir() if self.folder.is_dir() else ():
             if path.name.startswith("ckpt-") and path.name not in keep:
                 shutil.rmtree(path, ignore_errors=True)
             elif path.name.endswith(".partial"):
