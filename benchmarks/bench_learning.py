@@ -17,6 +17,9 @@ seconds per step, at each time. Needs espeak-ng, flite, fortunes and sox (script
 
 ``--variant "aug:pipeline.speed_factors=0.9,1.0,1.1;pipeline.time_masks=2"`` adds a run of each
 model with extra ``-o`` settings (e.g. augmentation) beside the default one, in the same table.
+``--subwords 256`` builds a SentencePiece vocabulary of 256 pieces from the training transcripts
+(``asrkit tokenizer build``) and adds a run of each model on it (variant ``sp256``): characters
+against subwords at equal training time.
 """
 
 from __future__ import annotations
@@ -88,6 +91,8 @@ def main() -> None:
                         help="NAME:SETTING;SETTING: also train with these -o settings")
     parser.add_argument("--skip-default", action="store_true",
                         help="train only the --variant runs")
+    parser.add_argument("--subwords", type=int, action="append", default=[],
+                        help="also train on a SentencePiece vocabulary of this size")
     parser.add_argument("--train", type=int, default=2400, help="training sentences")
     parser.add_argument("--work", type=Path, default=Path("bench-work"))
     parser.add_argument("--json", type=Path)
@@ -105,6 +110,12 @@ def main() -> None:
     for item in args.variant:
         name, _, settings = item.partition(":")
         variants[name] = [s for s in settings.split(";") if s]
+    for size in args.subwords:
+        model_file = (args.work / f"openvocab-sp{size}.model").resolve()
+        report = asrkit("tokenizer", "build", "--dataset", "openvocab", "--vocab-size",
+                        str(size), "-o", str(model_file)).stdout.strip()
+        print(report, flush=True)
+        variants[f"sp{size}"] = [f"tokenizer={model_file}"]
     checkpoints = [float(m) for m in args.minutes.split(",")]
     results: list[dict] = []
     for model in args.models.split(","):
