@@ -51,6 +51,7 @@ def test_hook_register_tokenizers(letters, asrkit_cli, tiny_dataset, tmp_path, m
     result = asrkit_cli(["train", "--dataset", tiny_dataset, "--run-dir", "run",
                          "-o", "tokenizer=sample.letters", *QUICK], letters)
     assert result.exit_code == 0, result.stderr
+    assert f"labels: {labels.size} symbols of tokenizer letters (sample.letters)" in result.stdout
     record = json.loads(Path("run/tokenizer.json").read_text())
     assert record["tokenizer"] == "letters" and record["symbols"] == labels.size
     assert Path("run/tokenizer.letters").read_bytes() == Path("sample.letters").read_bytes()

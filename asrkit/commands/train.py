@@ -115,6 +115,10 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
         click.echo(f"run: {run.folder}")
         if run.preset_note:
             click.echo(run.preset_note)
+        if run.tokenizer_file is not None:
+            tokenizer = run.tokenizer_file
+            click.echo(f"labels: {tokenizer.labels.size} symbols of tokenizer "
+                       f"{tokenizer.tokenizer} ({tokenizer.path})")
         state = _fit(run, progress=not no_progress)
     click.echo(f"finished after {state.global_step} steps ({state.stop_reason}); "
                f"report: {run.folder / 'report.txt'}")
