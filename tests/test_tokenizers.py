@@ -125,3 +125,21 @@ def test_a_resumed_run_keeps_its_tokenizer(letters, asrkit_cli, tiny_dataset, tm
                          "-o", "max_steps=3", "--no-progress"], letters)
     assert result.exit_code != 0
     assert "a resumed run keeps its tokenizer (a.letters)" in result.stderr
+
+
+def test_fine_tuning_onto_a_tokenizer_starts_the_output_layer_afresh(letters, asrkit_cli,
+                                                                      tiny_dataset, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert asrkit_cli(["tokenizer", "build", "--tokenizer", "letters", "--dataset",
+                       tiny_dataset, "-o", "a.letters"], letters).exit_code == 0
+    result = asrkit_cli(["train", "--dataset", tiny_dataset, "--run-dir", "chars", *QUICK],
+                        letters)
+    assert result.exit_code == 0, result.stderr
+    result = asrkit_cli(["train", "--dataset", tiny_dataset, "--run-dir", "pieces",
+                         "--init-from", "chars", "-o", "tokenizer=a.letters", *QUICK], letters)
+    assert result.exit_code == 0, result.stderr
+    assert "the tokenizer differs from chars's (28 symbols there" in result.stdout
+    assert "the output layer logits starts afresh" in result.stdout
+    config = json.loads(Path("pieces/config.json").read_text())
+    assert config["train"]["init_reset"] == ["logits"]
