@@ -66,6 +66,10 @@ class SentencePieceConfig:
     #: Keep digits apart: every digit is a piece of its own (``2024`` -> ``2 0 2 4``), as
     #: numbers spoken digit by digit need.
     split_digits: bool = False
+    #: Characters to make pieces of even if no transcript holds them, e.g. the rest of the
+    #: dataset's alphabet (``-o required_chars=qxz``): a run checks that its tokenizer spells
+    #: every character of the dataset's alphabet.
+    required_chars: str = ""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -109,6 +113,7 @@ def train(texts: Sequence[str], config: SentencePieceConfig) -> bytes:
             sentence_iterator=iter(lines), model_writer=model,
             vocab_size=config.vocab_size, model_type=config.model_type,
             max_sentencepiece_length=config.max_piece_length, split_digits=config.split_digits,
+            required_chars="".join(sorted(set(config.required_chars) - {" "})),
             character_coverage=1.0, normalization_rule_name="identity", add_dummy_prefix=True,
             unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, byte_fallback=False,
             hard_vocab_limit=True, num_threads=1, input_sentence_size=0,

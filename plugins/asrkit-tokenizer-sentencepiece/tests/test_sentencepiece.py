@@ -188,6 +188,19 @@ def test_split_digits_and_piece_length(tmp_path):
     assert digits and all(len(s.lstrip(PIECE_MARKER)) == 1 for s in digits)
 
 
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_required_chars_are_spelt_though_no_text_holds_them(tmp_path, model_type):
+    """A dataset's alphabet may hold characters its transcripts lack (asrkit's English one
+    has q, x and z); a run refuses a tokenizer that cannot spell its alphabet."""
+    texts = [text for text in TEXTS if not set("qxz") & set(text)]
+    plain = TOKENIZER.load(build(tmp_path, texts, name="plain.model", model_type=model_type))
+    assert plain.missing("quiz fox") == ["q", "z", "x"]
+    labels = TOKENIZER.load(build(tmp_path, texts, model_type=model_type,
+                                  required_chars="zqx "))
+    assert labels.missing("quiz fox") == []
+    assert labels.decode(labels.encode("quiz fox")) == "quiz fox"
+
+
 @pytest.mark.parametrize("content", [b"", b"hello world\n", bytes(range(256)) * 4],
                          ids=["empty", "text", "binary"])
 def test_load_of_a_file_that_is_no_model_is_a_one_line_error(tmp_path, content):
