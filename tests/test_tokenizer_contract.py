@@ -98,6 +98,15 @@ def test_the_checks_catch_a_bad_declaration():
     class NoDefault(Words):
         Config = Required
 
+    @dataclass(frozen=True)
+    class Listy:
+        names: tuple[str, ...] = ("a,b",)
+
+    class Lossy(Words):  # a setting that does not survive its own string form
+        Config = Listy
+
+    with pytest.raises(AssertionError, match=r"-o names=a,b gives \('a', 'b'\)"):
+        check_tokenizer_declaration(Lossy())
     with pytest.raises(AssertionError, match="suffix 'words' must be a file ending"):
         check_tokenizer_declaration(Dotless())
     with pytest.raises(AssertionError, match="Config must be a frozen dataclass"):

@@ -49,8 +49,10 @@ def check_tokenizer(tokenizer: Any, texts: Sequence[str] | None = None,
 
 def check_tokenizer_declaration(tokenizer: Any, config: Any = None) -> None:
     """``name`` is a registrable name, ``description`` a line, ``suffix`` a file ending (``.``
-    and more); ``Config`` is a frozen dataclass with a default for every setting, and
-    ``config`` (if given) one of it."""
+    and more); ``Config`` is a frozen dataclass with a default for every setting, ``config``
+    (if given) one of it, and each of its settings, written as the command line writes it,
+    parses back to the same value."""
+    from asrkit.settings import format_value, override
     from asrkit.types import NAME_PATTERN, Tokenizer
 
     name = getattr(tokenizer, "name", None)
@@ -79,6 +81,14 @@ def check_tokenizer_declaration(tokenizer: Any, config: Any = None) -> None:
                              "(@dataclass(frozen=True)): a build's settings cannot drift")
     if config is not None and not isinstance(config, kind):
         raise AssertionError(f"{name}: config {config!r} is not a {kind.__name__}")
+    config = kind() if config is None else config
+    for field in dataclasses.fields(config):  # as `asrkit tokenizer build -o KEY=VALUE` sets it
+        written = format_value(getattr(config, field.name))
+        again = override(config, field.name, written)
+        if again != config:
+            raise AssertionError(f"{name}: -o {field.name}={written} gives "
+                                 f"{getattr(again, field.name)!r}, not "
+                                 f"{getattr(config, field.name)!r}")
 
 
 def check_build_and_load(tokenizer: Any, texts: Sequence[str] | None = None,
