@@ -218,7 +218,7 @@ class SentencePieceLabels(Pieces):
         return digest.hexdigest()[:16]
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.model == self._model  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.model == self._model
 
     def __hash__(self) -> int:
         return hash(self._model)
