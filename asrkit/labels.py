@@ -152,6 +152,8 @@ class Pieces(Labels):
                     break
             else:
                 where = f" in utterance {utterance!r}" if utterance else ""
+                if marked[at] == self.word_marker and at + 1 < len(marked):
+                    at += 1  # no piece starts a word with the character after the marker
                 raise LabelError(f"{marked[at]!r}{where} is not spelt by any piece; build the "
                                  "tokenizer from transcripts that hold it")
         return out
