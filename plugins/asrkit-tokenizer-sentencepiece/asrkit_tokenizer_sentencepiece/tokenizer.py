@@ -45,7 +45,7 @@ from asrkit.api import (
     validate,
 )
 
-#: Model types ``-o model_type=`` accepts (SentencePiece's ``char`` and ``word`` are left out:
+#: Model types ``-s model_type=`` accepts (SentencePiece's ``char`` and ``word`` are left out:
 #: ``chars`` already gives characters, and whole words cannot spell an unseen word).
 MODEL_TYPES = ("unigram", "bpe")
 
@@ -66,9 +66,9 @@ class SentencePieceConfig:
     #: Keep digits apart: every digit is a piece of its own (``2024`` -> ``2 0 2 4``), as
     #: numbers spoken digit by digit need.
     split_digits: bool = False
-    #: Characters to make pieces of even if no transcript holds them, e.g. the rest of the
-    #: dataset's alphabet (``-o required_chars=qxz``): a run checks that its tokenizer spells
-    #: every character of the dataset's alphabet.
+    #: Characters to make pieces of even if no training transcript holds them, e.g. those of
+    #: a test split or the rest of the dataset's alphabet (``-s required_chars=qxz``); a run
+    #: checks that its tokenizer spells every character of its train and dev transcripts.
     required_chars: str = ""
 
     def __post_init__(self) -> None:
@@ -132,12 +132,12 @@ def _explain(message: str, config: SentencePieceConfig) -> str:
     too_high = re.search(r"Vocabulary size too high \((\d+)\).*?<= (\d+)", message)
     if too_high:
         return (f"vocab_size={too_high[1]} is more than these transcripts support for "
-                f"model_type={config.model_type}: at most {too_high[2]}; build with -o "
-                f"vocab_size={too_high[2]} or less, or from more text")
+                f"model_type={config.model_type}: at most {too_high[2]}; build with "
+                f"--vocab-size {too_high[2]} or less, or from more text")
     too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", message)
     if too_low:
         return (f"vocab_size={too_low[1]} is too small: the transcripts' characters and <unk> "
-                f"need {too_low[2]}; build with -o vocab_size={too_low[2]} or more")
+                f"need {too_low[2]}; build with --vocab-size {too_low[2]} or more")
     detail = " ".join(message.split())
     return f"SentencePiece could not build a model: {detail}"
 
