@@ -41,7 +41,7 @@ same reason.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,10 +64,21 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 class PrefixBeamSearch:
-    """A prefix beam search for one alphabet and one set of options; reusable across utterances.
+    """A prefix beam search for one label set and one set of options; reusable across
+    utterances.
 
-    ``symbols`` are the alphabet's symbols (labels ``0 .. N-1``); the blank is label ``N``.
-    With a ``scorer``, ``word_delimiter`` (a symbol) ends words; it must be in ``symbols``.
+    ``symbols`` are the labels' symbols (labels ``0 .. N-1``); the blank is label ``N``.
+    ``decode`` turns a hypothesis' labels into its text (a :class:`~asrkit.labels.Labels`'
+    ``decode``; default: the symbols joined, as characters are).
+
+    With a ``scorer``, words are found as :class:`~asrkit.labels.Labels` finds them: a symbol
+    starting with ``word_marker`` finishes the word before it (the scorer scores that word)
+    and begins a new one whose first text is the symbol's *body*, the symbol without the
+    marker. For characters the marker is the space symbol (body ``""``: a pure separator); for
+    SentencePiece pieces it is ``"▁"`` (``"▁the"`` finishes a word and begins "the"). Some
+    symbol must start with the marker. The scorer's ``vocabulary`` (the partial-word penalty)
+    is used when every symbol is a single character or a bare marker (characters); for
+    multi-character pieces it is not: a prefix is then ranked by its finished words alone.
     """
 
     def __init__(
@@ -77,7 +88,8 @@ class PrefixBeamSearch:
         token_min_logp: float | None = None,
         beam_prune_logp: float | None = None,
         scorer: WordScorer | None = None,
-        word_delimiter: str = " ",
+        word_marker: str = " ",
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
         if beam_width < 1:
             raise ValueError("beam_width must be at least 1")
@@ -87,17 +99,28 @@ class PrefixBeamSearch:
         self.token_min_logp = token_min_logp
         self.beam_prune_logp = beam_prune_logp
         self.scorer = scorer
-        self.space = -1
+        self.decode = decode
+        # Per label (the blank and "no label" last): does it start a word, and with what text.
+        self.starts = np.zeros(self.blank + 2, dtype=bool)
+        self.bodies = [""] * (self.blank + 2)
+        for label, symbol in enumerate(self.symbols):
+            if symbol.startswith(word_marker):
+                self.starts[label] = True
+                self.bodies[label] = symbol[len(word_marker):]
+            else:
+                self.bodies[label] = symbol
         self.vocab: _Vocabulary | None = None
         if scorer is not None:
-            if word_delimiter not in self.symbols:
+            if not self.starts.any():
                 raise ValueError(
-                    f"a word-level language model needs the word delimiter {word_delimiter!r} "
-                    "in the alphabet"
+                    f"a word-level language model needs a symbol starting with the word marker "
+                    f"{word_marker!r} to find words"
                 )
-            self.space = self.symbols.index(word_delimiter)
-            if scorer.vocabulary is not None:
-                self.vocab = _Vocabulary(scorer.vocabulary, self.symbols, self.space)
+            characters = all(len(body) == 1 or (start and not body)
+                             for start, body in zip(self.starts, self.bodies[:self.blank],
+                                                    strict=False))
+            if scorer.vocabulary is not None and characters:
+                self.vocab = _Vocabulary(scorer.vocabulary, self.symbols, self.starts)
 
     def search(self, log_probs: np.ndarray) -> list[Hypothesis]:
         """All final prefixes of one utterance, best first. ``log_probs`` is ``[time, classes]``
@@ -119,7 +142,7 @@ class PrefixBeamSearch:
                 f"{self.blank + 1} (the blank last)"
             )
         lengths = np.minimum(np.asarray(lengths, dtype=np.int64).reshape(-1), frames)
-        blank, width, space = self.blank, self.beam_width, self.space
+        blank, width = self.blank, self.beam_width
         # Past its end an utterance sees certain blanks: its beam no longer changes.
         past = np.arange(frames)[None, :] >= lengths[:, None]
         log_probs[past] = -np.inf
@@ -142,7 +165,8 @@ class PrefixBeamSearch:
         pnb = np.zeros((utts, 1))  # P(alignments ending in the last label), scaled
         log_scale = np.zeros(utts)
         records = _Records()
-        lm = (_LMState(self.scorer, self.symbols, space, self.vocab, (utts, 1))
+        lm = (_LMState(self.scorer, self.symbols, self.starts, self.bodies, self.vocab,
+                       (utts, 1))
               if self.scorer is not None else None)
 
         for t in range(frames):
@@ -246,11 +270,17 @@ class PrefixBeamSearch:
             score = acoustic[u, slots] + lm_u
             ranked = np.argsort(-score, kind="stable")[:limit]
             results.append([
-                Hypothesis(records.text(int(rec[u, slots[j]]), self.symbols), float(score[j]),
+                Hypothesis(self._text(records, int(rec[u, slots[j]])), float(score[j]),
                            float(acoustic[u, slots[j]]), float(lm_u[j]))
                 for j in ranked
             ])
         return results
+
+    def _text(self, records: _Records, record: int) -> str:
+        labels = records.labels(record)
+        if self.decode is None:
+            return "".join(self.symbols[c] for c in labels)
+        return self.decode(labels)
 
     def _choose_scoring_words(self, keys: np.ndarray, valid: np.ndarray, ext: np.ndarray,
                               space_col: np.ndarray, lm: _LMState, rec: np.ndarray,
@@ -375,40 +405,41 @@ class _Records:
         self.size = end
         return new
 
-    def labels(self, record: int, stop: int = -2) -> tuple[list[int], int]:
-        """The labels of ``record`` back to the root or to the first label ``stop`` (excluded),
-        in order, and the record where reading stopped."""
+    def labels(self, record: int, until: int = 0) -> list[int]:
+        """The labels of ``record`` after its ancestor ``until`` (default: the root), in
+        order."""
         out = []
         parent, label = self.parent, self.label
-        while record != 0 and label[record] != stop:
+        while record != until and record != 0:
             out.append(int(label[record]))
             record = int(parent[record])
         out.reverse()
-        return out, record
-
-    def text(self, record: int, symbols: Sequence[str]) -> str:
-        return "".join(symbols[c] for c in self.labels(record)[0])
+        return out
 
 
 class _LMState:
     """The language-model side of the beams: ``[utterances, slots]`` arrays parallel to them,
     the scorer's states where words start, and the scores of words met so far.
 
-    A prefix's unfinished word is identified by where it starts (the record of the space before
-    it, or the empty prefix) and a rolling hash of its labels, so that a word is spelled out and
+    A prefix's unfinished word is identified by where it starts (the record of the word-start
+    label that began it, or the empty prefix) and a rolling hash of its labels (that start
+    label's own when its body is the word's first text), so that a word is spelled out and
     scored once however many prefixes end in it."""
 
-    def __init__(self, scorer: WordScorer, symbols: Sequence[str], space: int,
-                 vocab: _Vocabulary | None, shape: tuple[int, int]) -> None:
+    def __init__(self, scorer: WordScorer, symbols: Sequence[str], starts: np.ndarray,
+                 bodies: Sequence[str], vocab: _Vocabulary | None,
+                 shape: tuple[int, int]) -> None:
         self.scorer = scorer
         self.symbols = symbols
-        self.space = space
+        self.starts = starts  # [classes + 1]: does the label start a word (finish the last)
+        self.bodies = bodies
+        self.has_body = np.array([s and bool(b) for s, b in zip(starts, bodies, strict=True)])
         self.vocab = vocab
         self.penalty = scorer.partial_penalty if vocab is not None else 0.0
         self.committed = np.zeros(shape)  # weighted score of the prefix's finished words
         self.vpos = np.zeros(shape, dtype=np.int64)  # unfinished word's vocabulary node (-1: none)
-        # committed + the score of the unfinished word if a space finished it now; NaN until
-        # asked. The empty prefix has no word: a space adds nothing.
+        # committed + the score of the unfinished word if a word start finished it now; NaN
+        # until asked. The empty prefix has no word: a word start adds nothing.
         self.wscore = np.zeros(shape)
         self.lm = np.zeros(shape)  # what ranks the prefix: committed + partial-word penalty
         self.start = np.zeros(shape, dtype=np.int64)  # record where the unfinished word starts
@@ -425,10 +456,12 @@ class _LMState:
                 records: _Records) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """exp(language-model score) of every prefix ``[utterances, slots]`` and extension
         ``[utterances, slots, labels]``, relative to each utterance's best prefix (so that
-        nothing overflows), and where the space is among ``labels`` (``None`` if nowhere).
+        nothing overflows), and where word-start labels are among ``labels`` (``None`` if
+        nowhere).
 
-        A space finishes a word; until the search asks for its exact score
-        (:meth:`score_words`) the word gets the scorer's upper bound, if it has one."""
+        A word-start label (the space of characters) finishes a word; until the search asks
+        for its exact score (:meth:`score_words`) the word gets the scorer's upper bound, if it
+        has one."""
         ref = np.max(self.lm, axis=1, where=self.live, initial=-np.inf, keepdims=True)
         self.ref = np.where(np.isfinite(ref), ref, 0.0)
         live = self.live
@@ -441,7 +474,7 @@ class _LMState:
                            base[:, :, None])
         else:
             ext = np.repeat(base[:, :, None], labels.shape[1], axis=2)
-        space_col = labels == self.space
+        space_col = self.starts[labels]
         if not space_col.any():
             return stay, ext, None
         missing = np.isnan(self.wscore)
@@ -461,7 +494,7 @@ class _LMState:
         return stay, ext, space_col
 
     def weight_of(self, utts: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """exp(score) of finishing the word of the prefixes at ``(utts, slots)`` with a space,
+        """exp(score) of finishing the word of the prefixes at ``(utts, slots)`` (a word start),
         relative as in :meth:`weights` (after :meth:`score_words`)."""
         return np.exp(self.wscore[utts, slots] - self.ref[utts, 0])
 
@@ -470,7 +503,7 @@ class _LMState:
         """For prefixes given by where their unfinished word starts, its hash and their record:
         the weighted score of that word and the state after it (for an empty word: 0 and the
         state where it would start)."""
-        words, states, space = self.words, self.states, self.space
+        words, states = self.words, self.states
         out = []
         for start, whash, record in zip(starts, hashes, records_of, strict=True):
             if whash == 0:
@@ -478,9 +511,10 @@ class _LMState:
                 continue
             found = words.get((start, whash))
             if found is None:
-                labels, _ = records.labels(record, stop=space)
-                found = words[(start, whash)] = self.scorer.score_word(states[start],
-                                                                       self._spell(labels))
+                labels = records.labels(record, until=start)
+                first = self.bodies[records.label[start]] if start else ""
+                found = words[(start, whash)] = self.scorer.score_word(
+                    states[start], first + self._spell(labels))
             out.append(found)
         return out
 
@@ -505,19 +539,23 @@ class _LMState:
         wscore = self.wscore[rows, src]
         start = self.start[rows, src]
         whash = self.whash[rows, src]
-        spaced = grown & (label == self.space)
+        spaced = grown & self.starts[label]
+        bodied = spaced & self.has_body[label]  # the new word already holds text
         u, w = np.nonzero(spaced & new)
         if u.size:
-            # A space finished a word: the next word starts from the state after it.
+            # A word start finished a word: the next word starts from the state after it.
             found = self._words_at(u, src[u, w], old_rec, records)
             for record, (_, state) in zip(rec[u, w].tolist(), found, strict=True):
                 self.states[record] = state
         self.committed = np.where(spaced, wscore, committed)
-        # After a space the next word is empty: a second space would add nothing.
-        self.wscore = np.where(grown, np.where(spaced, self.committed, np.nan), wscore)
+        # After a bare word start (a space) the next word is empty: a second one would add
+        # nothing. After "▁the" the next word is "the", unscored.
+        self.wscore = np.where(grown, np.where(spaced & ~bodied, self.committed, np.nan),
+                               wscore)
         self.start = np.where(spaced, rec, start)
-        self.whash = np.where(grown, np.where(spaced, np.uint64(0),
-                                              whash * _MULT + (label + 1).astype(np.uint64)),
+        step = (label + 1).astype(np.uint64)
+        self.whash = np.where(grown, np.where(spaced, np.where(bodied, step, np.uint64(0)),
+                                              whash * _MULT + step),
                               whash)
         # An empty slot (pruned, or never filled) holds no word: no NaN may reach the ranking.
         self.committed[dead] = 0.0
@@ -550,15 +588,17 @@ class _Vocabulary:
     """The words of a language model, for judging unfinished words: ``table[node, label]`` is
     the node of the longer prefix (-1 where no word continues so); ``is_word[node]`` says if the
     prefix is a whole word. Node 0 is the empty prefix; the last row (index -1) is all -1 and not
-    a word, so that an unfinished word that fits no word stays at -1."""
+    a word, so that an unfinished word that fits no word stays at -1. Labels are characters: a
+    word-start label (``starts``, the space) is no part of a word."""
 
-    def __init__(self, vocabulary: Iterable[str], symbols: Sequence[str], space: int) -> None:
+    def __init__(self, vocabulary: Iterable[str], symbols: Sequence[str],
+                 starts: np.ndarray) -> None:
         index = {s: i for i, s in enumerate(symbols)}
         children: list[dict[int, int]] = [{}]
         ends: set[int] = set()
         for word in vocabulary:
             labels = [index.get(c, -1) for c in word]
-            if not labels or -1 in labels or space in labels:
+            if not labels or -1 in labels or starts[labels].any():
                 continue  # e.g. <unk>, <s>: words the alphabet cannot spell
             node = 0
             for label in labels:

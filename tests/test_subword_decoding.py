@@ -1,0 +1,173 @@
+"""Decoding subword (SentencePiece-like) labels exactly as characters: greedy, beam, and the
+prefix search with a word scorer, which finds words at the pieces' word marker ("▁the" finishes
+the word before it and begins "the"). The pieces are hand-written (:class:`asrkit.labels.Pieces`);
+no tokenizer is needed."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from asrkit.decoders.beam import BeamDecoder, BeamSearchDecoder
+from asrkit.decoders.greedy import GreedyDecoder
+from asrkit.decoders.prefix import PrefixBeamSearch
+from asrkit.decoders.scoring import WordScorer
+from asrkit.errors import AsrkitError
+from asrkit.labels import Pieces
+from asrkit.testing.decoders import best_path, check_decoder, peaked_logits
+from asrkit.text import Alphabet
+
+PIECES = Pieces(["▁the", "▁cat", "▁c", "at", "ot", "▁sat", "▁s", "▁", "s", "a", "t", "h", "e",
+                 "c", "o", "'", "l", "▁t", "▁a"])
+ENGLISH = Alphabet()
+TEXT = "the cat's tall"
+
+
+class Unigrams(WordScorer):
+    """ln P(word) of a few words; anything else costs -10. Records every word it is asked."""
+
+    LOGP: ClassVar[dict[str, float]] = {"the": -1.0, "cat": -1.5, "sat": -1.5}
+
+    def __init__(self, bounded: bool = False, vocabulary: bool = False) -> None:
+        self.asked: list[str] = []
+        if bounded:
+            self.word_bound = -1.0
+            self.unknown_word_bound = -10.0
+        if vocabulary:
+            self.vocabulary = frozenset(self.LOGP)
+            self.partial_penalty = -5.0
+
+    def start(self):
+        return None
+
+    def score_word(self, state, word):
+        self.asked.append(word)
+        return self.LOGP.get(word, -10.0), None
+
+    def score_end(self, state):
+        return 0.0
+
+
+class UnigramDecoder(BeamSearchDecoder):
+    name = "unigrams"
+    description = "beam search with a unigram table (tests)"
+
+    def __init__(self, config=None, **scorer) -> None:
+        super().__init__(config)
+        self.scorer_options = scorer
+        self.scorers: list[Unigrams] = []
+
+    def make_scorer(self, labels):
+        self.scorers.append(Unigrams(**self.scorer_options))
+        return self.scorers[-1]
+
+
+def ambiguous_logits(labels, spelling: list[dict[str, float]]) -> np.ndarray:
+    """Logits ``[1, frames, classes]``: for each entry a frame where each symbol has the given
+    probability (the rest spread over the other classes), then a blank frame."""
+    frames = []
+    for probs in spelling:
+        for chosen in (probs, {None: 0.99}):
+            frame = np.full(labels.num_classes, 0.0)
+            for symbol, p in chosen.items():
+                frame[labels.blank if symbol is None else labels.symbols.index(symbol)] = p
+            rest = 1.0 - frame.sum()
+            frame[frame == 0.0] = rest / max(1, int((frame == 0.0).sum()))
+            frames.append(np.log(frame))
+    return np.array(frames, dtype=np.float32)[None]
+
+
+# "the cat sat" where the second word sounds a bit more like "cot" (not a word).
+SUBWORD_SPELLING = [{"▁the": 0.9}, {"▁c": 0.9}, {"ot": 0.5, "at": 0.4}, {"▁sat": 0.9}]
+CHAR_SPELLING = ([{c: 0.9} for c in "the "] + [{"c": 0.9}, {"o": 0.5, "a": 0.4}, {"t": 0.9}]
+                 + [{c: 0.9} for c in " sat"])
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_a_word_scorer_over_pieces_flips_a_non_word_as_over_characters(bounded):
+    for labels, spelling in ((PIECES, SUBWORD_SPELLING), (ENGLISH, CHAR_SPELLING)):
+        logits = ambiguous_logits(labels, spelling)
+        assert BeamDecoder().decode(logits, None, labels) == ["the cot sat"]
+        decoder = UnigramDecoder(bounded=bounded)
+        best = decoder.decode_nbest(logits, None, labels, 1)[0][0]
+        assert best.text == "the cat sat"
+        # each of the three words finished and scored once
+        assert best.lm == pytest.approx(-4.0)
+        asked = set(decoder.scorers[-1].asked)
+        assert {"the", "cat", "sat"} <= asked
+        assert all(word and " " not in word and "▁" not in word for word in asked)
+
+
+def test_a_word_made_of_several_pieces_is_spelled_from_its_start_piece():
+    """"▁c" + "at" is the word "cat"; "▁" + "cat"... pieces after the start are its text."""
+    pieces = Pieces(["▁c", "at", "▁s", "▁", "a", "t", "c"])
+    logits = ambiguous_logits(pieces, [{"▁": 0.9}, {"c": 0.9}, {"at": 0.9}, {"▁s": 0.9},
+                                       {"at": 0.9}])
+    decoder = UnigramDecoder()
+    best = decoder.decode_nbest(logits, None, pieces, 1)[0][0]
+    assert best.text == "cat sat"
+    assert best.lm == pytest.approx(-3.0)
+    assert "cat" in decoder.scorers[-1].asked and "sat" in decoder.scorers[-1].asked
+
+
+def test_the_vocabulary_penalty_is_for_character_labels_only():
+    """Multi-character pieces: no partial-word trie (the result is still the in-vocabulary
+    words); characters, and pieces that are characters with a bare marker, keep it."""
+    with_vocab = Unigrams(vocabulary=True)
+    assert PrefixBeamSearch(PIECES.symbols, 8, scorer=with_vocab,
+                            word_marker="▁").vocab is None
+    assert PrefixBeamSearch(ENGLISH.symbols, 8, scorer=with_vocab).vocab is not None
+    letters = Pieces(["▁", *"abcdefghijklmnopqrstuvwxyz'"])
+    assert PrefixBeamSearch(letters.symbols, 8, scorer=with_vocab,
+                            word_marker="▁").vocab is not None
+    for labels, spelling in ((PIECES, SUBWORD_SPELLING), (ENGLISH, CHAR_SPELLING)):
+        logits = ambiguous_logits(labels, spelling)
+        assert UnigramDecoder(vocabulary=True).decode(logits, None, labels) == ["the cat sat"]
+    logits = ambiguous_logits(letters, [{"▁": 0.9}, {"t": 0.9}, {"h": 0.9}, {"e": 0.9},
+                                        {"▁": 0.9}, {"c": 0.9}, {"o": 0.5, "a": 0.4},
+                                        {"t": 0.9}])
+    assert BeamDecoder().decode(logits, None, letters) == ["the cot"]
+    assert UnigramDecoder(vocabulary=True).decode(logits, None, letters) == ["the cat"]
+
+
+def test_beam_on_peaked_pieces_is_greedy():
+    rng = np.random.default_rng(0)
+    for text in ("the cat sat", "a cat's tall hat", "sat at the cat"):
+        logits = peaked_logits(PIECES, text, peak=6.0, rng=rng)
+        frames = logits.shape[1]
+        expected = best_path(logits, [frames], PIECES)
+        assert expected == [text]
+        assert GreedyDecoder().decode(logits, np.array([frames]), PIECES) == expected
+        assert BeamDecoder().decode(logits, np.array([frames]), PIECES) == expected
+        if set(text.split()) <= set(Unigrams.LOGP):  # a scorer agrees with words it knows
+            assert UnigramDecoder().decode(logits, np.array([frames]), PIECES) == expected
+
+
+@pytest.mark.parametrize("decoder", [GreedyDecoder(), BeamDecoder(),
+                                     BeamDecoder().with_config(beam_width=4,
+                                                               token_min_logp=None)],
+                         ids=["greedy", "beam", "beam-exact"])
+def test_decoders_keep_the_contract_on_pieces(decoder):
+    check_decoder(decoder, PIECES, TEXT)
+
+
+def test_nbest_texts_are_the_labels_decode():
+    logits = ambiguous_logits(PIECES, SUBWORD_SPELLING)
+    for hypothesis in BeamDecoder().decode_nbest(logits, None, PIECES)[0]:
+        assert hypothesis.text == " ".join(hypothesis.text.split())
+        assert "▁" not in hypothesis.text
+        assert math.isfinite(hypothesis.score)
+
+
+def test_a_scorer_needs_a_word_start_symbol():
+    no_marker = Pieces(["th", "e", "ca", "t"])
+    logits = np.zeros((1, 3, no_marker.num_classes), np.float32)
+    logits[..., no_marker.blank] = 10.0
+    with pytest.raises(AsrkitError, match="'▁'"):
+        UnigramDecoder().decode(logits, None, no_marker)
+    assert BeamDecoder().decode(logits, None, no_marker) == [""]  # no scorer: fine
+    with pytest.raises(AsrkitError, match="a space"):
+        UnigramDecoder().decode(np.zeros((1, 3, 3)), None, Alphabet(("a", "b")))
