@@ -5,6 +5,7 @@ no tokenizer is needed."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import ClassVar
 
@@ -171,3 +172,40 @@ def test_a_scorer_needs_a_word_start_symbol():
     assert BeamDecoder().decode(logits, None, no_marker) == [""]  # no scorer: fine
     with pytest.raises(AsrkitError, match="a space"):
         UnigramDecoder().decode(np.zeros((1, 3, 3)), None, Alphabet(("a", "b")))
+
+
+# -- word times ---------------------------------------------------------------------------------
+
+
+def test_word_times_on_subword_tokens():
+    """A word starts at a piece with the marker: "▁the" is the word "the", "▁c" + "at" is "cat",
+    and a bare "▁" only separates ("s" + "at" is "sat")."""
+    from asrkit.transcribe import Token, words_from_tokens
+
+    pieces = [PIECES.symbols.index(s) for s in ("▁the", "▁c", "at", "▁", "s", "at")]
+    tokens = [Token(label, 2 * i, 2 * i + 1) for i, label in enumerate(pieces)]
+    log_probs = np.full((12, PIECES.num_classes), math.log(0.5 / PIECES.size))
+    for token in tokens:
+        log_probs[token.first:token.last + 1, token.label] = math.log(0.5)
+    words = words_from_tokens(tokens, log_probs, PIECES, offset=1.0, frame_seconds=0.1)
+    assert [w.word for w in words] == ["the", "cat", "sat"]
+    assert [w.start for w in words] == pytest.approx([1.0, 1.2, 1.8])
+    assert [w.end for w in words] == pytest.approx([1.2, 1.6, 2.2])
+    assert all(w.confidence == pytest.approx(0.5) for w in words)
+
+
+def test_window_words_align_a_decoder_text_on_pieces():
+    """The decoder's text ("the cat sat") is not the greedy path's ("the cot sat"): its pieces
+    are force-aligned on the logits and the words keep their order and frames."""
+    from asrkit.transcribe import window_words
+
+    logits = ambiguous_logits(PIECES, SUBWORD_SPELLING)[0]
+    greedy = window_words(logits, GreedyDecoder(), PIECES, 0.0, 0.02)
+    assert [w.word for w in greedy] == ["the", "cot", "sat"]
+    words = window_words(logits, UnigramDecoder(), PIECES, 0.0, 0.02)
+    assert [w.word for w in words] == ["the", "cat", "sat"]
+    assert all(w.confidence is not None for w in words)
+    assert words[0].start == 0.0 and words[-1].end <= len(logits) * 0.02
+    assert all(a.end <= b.start for a, b in itertools.pairwise(words))
+    assert (words[0].start, words[0].end) == (greedy[0].start, greedy[0].end)
+    assert (words[2].start, words[2].end) == (greedy[2].start, greedy[2].end)
