@@ -5,6 +5,7 @@ no tokenizer is needed."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from typing import ClassVar
@@ -14,7 +15,7 @@ import pytest
 
 from asrkit.decoders.beam import BeamDecoder, BeamSearchDecoder
 from asrkit.decoders.greedy import GreedyDecoder
-from asrkit.decoders.prefix import PrefixBeamSearch
+from asrkit.decoders.prefix import PrefixBeamSearch, log_softmax
 from asrkit.decoders.scoring import WordScorer
 from asrkit.errors import AsrkitError
 from asrkit.labels import Pieces
@@ -114,16 +115,28 @@ def test_a_word_made_of_several_pieces_is_spelled_from_its_start_piece():
     assert "cat" in decoder.scorers[-1].asked and "sat" in decoder.scorers[-1].asked
 
 
-def test_the_vocabulary_penalty_is_for_character_labels_only():
-    """Multi-character pieces: no partial-word trie (the result is still the in-vocabulary
-    words); characters, and pieces that are characters with a bare marker, keep it."""
+def test_the_vocabulary_judges_unfinished_words_spelt_by_pieces():
+    """Pieces walk the vocabulary's character trie by their bodies; characters (and pieces that
+    are characters with a bare marker) keep the one-lookup-a-label table."""
+    from asrkit.decoders.prefix import _PieceVocabulary, _Vocabulary
+
     with_vocab = Unigrams(vocabulary=True)
-    assert PrefixBeamSearch(PIECES.symbols, 8, scorer=with_vocab,
-                            word_marker="▁").vocab is None
-    assert PrefixBeamSearch(ENGLISH.symbols, 8, scorer=with_vocab).vocab is not None
+    search = PrefixBeamSearch(PIECES.symbols, 8, scorer=with_vocab, word_marker="▁")
+    assert isinstance(search.vocab, _PieceVocabulary)
+    assert isinstance(PrefixBeamSearch(ENGLISH.symbols, 8, scorer=with_vocab).vocab, _Vocabulary)
     letters = Pieces(["▁", *"abcdefghijklmnopqrstuvwxyz'"])
-    assert PrefixBeamSearch(letters.symbols, 8, scorer=with_vocab,
-                            word_marker="▁").vocab is not None
+    assert isinstance(PrefixBeamSearch(letters.symbols, 8, scorer=with_vocab,
+                                       word_marker="▁").vocab, _Vocabulary)
+    vocab = search.vocab
+    label = PIECES.symbols.index
+    node = vocab.start_node[label("▁c")]
+    assert node > 0 and not vocab.is_word[node]
+    cat = vocab.step(np.array([node]), np.array([label("at")]), np.array([False]))[0]
+    assert vocab.is_word[cat]
+    assert vocab.step(np.array([node]), np.array([label("ot")]), np.array([False]))[0] == -1
+    assert vocab.start_node[label("▁the")] > 0 and vocab.start_node[label("▁")] == 0
+    unknown = vocab.unknown(np.array([[node, cat, -1]]), np.array([[label("at"), label("h")]]))
+    assert unknown.tolist() == [[[False, True], [True, True], [True, True]]]
     for labels, spelling in ((PIECES, SUBWORD_SPELLING), (ENGLISH, CHAR_SPELLING)):
         logits = ambiguous_logits(labels, spelling)
         assert UnigramDecoder(vocabulary=True).decode(logits, None, labels) == ["the cat sat"]
@@ -132,6 +145,76 @@ def test_the_vocabulary_penalty_is_for_character_labels_only():
                                         {"t": 0.9}])
     assert BeamDecoder().decode(logits, None, letters) == ["the cot"]
     assert UnigramDecoder(vocabulary=True).decode(logits, None, letters) == ["the cat"]
+
+
+def textbook_piece_lm_beam(log_probs: np.ndarray, width: int, scorer: WordScorer,
+                           labels: Pieces, prune: float | None = None
+                           ) -> list[tuple[tuple[int, ...], float]]:
+    """The prefix beam search over label sequences, ranked by log P(prefix) + the scores of its
+    finished words + the partial-word penalty, words being the text between word markers; at
+    the end the last word is finished and the end scored (tests.test_decoders' textbook, with
+    words read from pieces)."""
+
+    def lm(prefix: tuple[int, ...], final: bool) -> float:
+        *finished, partial = "".join(labels.symbols[c] for c in prefix).split(labels.word_marker)
+        state, total = scorer.start(), 0.0
+        for word in finished:
+            if word:
+                score, state = scorer.score_word(state, word)
+                total += score
+        if final:
+            if partial:
+                score, state = scorer.score_word(state, partial)
+                total += score
+            return total + scorer.score_end(state)
+        if partial and not any(w.startswith(partial) for w in scorer.vocabulary):
+            total += scorer.partial_penalty
+        return total
+
+    probs = np.exp(log_probs)
+    blank = probs.shape[1] - 1
+    beams: dict[tuple[int, ...], tuple[float, float]] = {(): (1.0, 0.0)}
+    for frame in probs:
+        new: dict[tuple[int, ...], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+        for prefix, (pb, pnb) in beams.items():
+            new[prefix][0] += (pb + pnb) * frame[blank]
+            if prefix:
+                new[prefix][1] += pnb * frame[prefix[-1]]
+            for label in range(blank):
+                through = pb if prefix and prefix[-1] == label else pb + pnb
+                new[(*prefix, label)][1] += through * frame[label]
+        scored = sorted(((math.log(sum(v)) + lm(prefix, False), prefix, v)
+                         for prefix, v in new.items() if sum(v) > 0), reverse=True)[:width]
+        floor = scored[0][0] + prune if prune is not None else -math.inf
+        beams = {prefix: (pb, pnb) for key, prefix, (pb, pnb) in scored if key >= floor}
+    final = [(prefix, math.log(pb + pnb) + lm(prefix, True)) for prefix, (pb, pnb)
+             in beams.items()]
+    return sorted(final, key=lambda item: -item[1])
+
+
+@pytest.mark.parametrize(("width", "bounded", "prune"),
+                         [(2, False, None), (6, False, None), (6, True, None), (2, True, None),
+                          (8, True, -3.0), (8, False, -3.0)])
+def test_search_over_pieces_with_a_word_scorer_equals_the_textbook(width, bounded, prune):
+    """Words begun by a piece with a body ("▁a"), continued by multi-character pieces ("ab"),
+    separated by a bare marker, or begun by a non-word ("▁bb"): the vectorised search ranks as
+    the textbook does, bounded word scoring, pruning and batching included."""
+    from tests.test_decoders import ToyScorer
+
+    pieces = Pieces(["▁a", "▁b", "a", "b", "ab", "▁", "▁bb"])
+    rng = np.random.default_rng(width)
+    search = PrefixBeamSearch(pieces.symbols, width, beam_prune_logp=prune,
+                              scorer=ToyScorer(bounded), word_marker="▁", decode=pieces.decode)
+    log_probs = log_softmax(rng.normal(size=(5, 12, pieces.num_classes)) * 2.5)
+    lengths = [12, 9, 12, 3, 10]
+    batch = search.search_batch(log_probs, lengths)
+    for utterance, length, found in zip(log_probs, lengths, batch, strict=True):
+        expected = textbook_piece_lm_beam(utterance[:length], width, ToyScorer(bounded), pieces,
+                                          prune)
+        assert [h.text for h in found] == [pieces.decode(p) for p, _ in expected]
+        np.testing.assert_allclose([h.score for h in found], [s for _, s in expected],
+                                   rtol=0, atol=1e-9)
+        assert found == search.search(utterance[:length])
 
 
 def test_beam_on_peaked_pieces_is_greedy():

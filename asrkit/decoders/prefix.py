@@ -77,8 +77,9 @@ class PrefixBeamSearch:
     marker. For characters the marker is the space symbol (body ``""``: a pure separator); for
     SentencePiece pieces it is ``"▁"`` (``"▁the"`` finishes a word and begins "the"). Some
     symbol must start with the marker. The scorer's ``vocabulary`` (the partial-word penalty)
-    is used when every symbol is a single character or a bare marker (characters); for
-    multi-character pieces it is not: a prefix is then ranked by its finished words alone.
+    judges the unfinished word's text however it is spelt: a piece walks the vocabulary's
+    character trie one character of its body at a time (:class:`_PieceVocabulary`; characters
+    use one table lookup a label, :class:`_Vocabulary`).
     """
 
     def __init__(
@@ -109,7 +110,7 @@ class PrefixBeamSearch:
                 self.bodies[label] = symbol[len(word_marker):]
             else:
                 self.bodies[label] = symbol
-        self.vocab: _Vocabulary | None = None
+        self.vocab: _Vocabulary | _PieceVocabulary | None = None
         if scorer is not None:
             if not self.starts.any():
                 raise ValueError(
@@ -119,8 +120,10 @@ class PrefixBeamSearch:
             characters = all(len(body) == 1 or (start and not body)
                              for start, body in zip(self.starts, self.bodies[:self.blank],
                                                     strict=False))
-            if scorer.vocabulary is not None and characters:
-                self.vocab = _Vocabulary(scorer.vocabulary, self.symbols, self.starts)
+            if scorer.vocabulary is not None:
+                self.vocab = (_Vocabulary(scorer.vocabulary, self.symbols, self.starts)
+                              if characters else
+                              _PieceVocabulary(scorer.vocabulary, self.starts, self.bodies))
 
     def search(self, log_probs: np.ndarray) -> list[Hypothesis]:
         """All final prefixes of one utterance, best first. ``log_probs`` is ``[time, classes]``
@@ -204,6 +207,7 @@ class PrefixBeamSearch:
                     # Ranked by probability times exp(language-model score), both relative to
                     # the utterance's best: multiplications, no logarithm of every candidate.
                     stay_weight, ext_weight, space_col = lm.weights(labels, rec, records)
+                    lm.columns = labels
                     np.multiply(spb + spnb, stay_weight, out=keys[:, :n])
                     np.multiply(ext, ext_weight, out=keys[:, n:].reshape(utts, n, k))
                 valid = keys > 0.0
@@ -316,7 +320,7 @@ class PrefixBeamSearch:
         if u.size == 0:
             return chosen, chosen_valid
         lm.score_words(u, w, rec, records)
-        exact = ext[u, w, col[need]] * lm.weight_of(u, w)
+        exact = ext[u, w, col[need]] * lm.weight_of(u, w, col[need])
         keys[u, pos] = exact
         # The final beam: the best ``width`` of the first choice and the words just scored.
         first = np.searchsorted(u, np.arange(utts))  # u is sorted (np.nonzero order)
@@ -427,7 +431,7 @@ class _LMState:
     scored once however many prefixes end in it."""
 
     def __init__(self, scorer: WordScorer, symbols: Sequence[str], starts: np.ndarray,
-                 bodies: Sequence[str], vocab: _Vocabulary | None,
+                 bodies: Sequence[str], vocab: _Vocabulary | _PieceVocabulary | None,
                  shape: tuple[int, int]) -> None:
         self.scorer = scorer
         self.symbols = symbols
@@ -436,6 +440,12 @@ class _LMState:
         self.has_body = np.array([s and bool(b) for s, b in zip(starts, bodies, strict=True)])
         self.vocab = vocab
         self.penalty = scorer.partial_penalty if vocab is not None else 0.0
+        # Per label: the penalty of the word a word-start label begins ("▁xq" fits no word);
+        # None where no such label has a body (characters).
+        self.start_penalty: np.ndarray | None = None
+        if isinstance(vocab, _PieceVocabulary):
+            self.start_penalty = np.where(vocab.start_node < 0, self.penalty, 0.0)
+        self.columns = np.zeros((shape[0], 0), dtype=np.int64)  # the frame's kept labels
         self.committed = np.zeros(shape)  # weighted score of the prefix's finished words
         self.vpos = np.zeros(shape, dtype=np.int64)  # unfinished word's vocabulary node (-1: none)
         # committed + the score of the unfinished word if a word start finished it now; NaN
@@ -490,13 +500,20 @@ class _LMState:
         else:
             value = self.wscore
         u, k = np.nonzero(space_col)
-        ext[u, :, k] = np.exp(np.where(live, value - self.ref, -np.inf))[u]
+        relative = np.where(live, value - self.ref, -np.inf)[u]
+        if self.start_penalty is not None:
+            relative = relative + self.start_penalty[labels[u, k]][:, None]
+        ext[u, :, k] = np.exp(relative)
         return stay, ext, space_col
 
-    def weight_of(self, utts: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """exp(score) of finishing the word of the prefixes at ``(utts, slots)`` (a word start),
-        relative as in :meth:`weights` (after :meth:`score_words`)."""
-        return np.exp(self.wscore[utts, slots] - self.ref[utts, 0])
+    def weight_of(self, utts: np.ndarray, slots: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """exp(score) of finishing the word of the prefixes at ``(utts, slots)`` with the
+        word-start label in column ``cols`` of the frame's labels, relative as in
+        :meth:`weights` (after :meth:`score_words`)."""
+        relative = self.wscore[utts, slots] - self.ref[utts, 0]
+        if self.start_penalty is not None:
+            relative = relative + self.start_penalty[self.columns[utts, cols]]
+        return np.exp(relative)
 
     def _words(self, starts: list[int], hashes: list[int],
                records_of: list[int], records: _Records) -> list[tuple[float, Any]]:
@@ -562,7 +579,7 @@ class _LMState:
         self.wscore[dead] = 0.0
         if self.vocab is not None:
             vpos = self.vpos[rows, src]
-            grown_vpos = np.where(spaced, 0, self.vocab.table[vpos, np.where(grown, label, 0)])
+            grown_vpos = self.vocab.step(vpos, np.where(grown, label, 0), spaced)
             self.vpos = np.where(grown, grown_vpos, vpos)
             self.vpos[dead] = 0
             self.lm = self.committed + self.penalty * (self.vpos < 0)
@@ -629,3 +646,81 @@ class _Vocabulary:
             return self.table[nodes[:, :, None], labels[:, None, :]] < 0
         bits = self.bits[nodes][:, :, None] >> labels.astype(np.uint64)[:, None, :]
         return (bits & np.uint64(1)) == 0
+
+    def step(self, nodes: np.ndarray, labels: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The node after ``labels`` (where ``starts``: a word start, so a new, empty word)."""
+        return np.where(starts, 0, self.table[nodes, labels])
+
+
+class _PieceVocabulary:
+    """:class:`_Vocabulary` for subword pieces: the same character trie of the words (node 0
+    the empty prefix, node -1 "fits no word"), entered by pieces. A piece goes from a node to
+    the node its characters walk to; only the (node, piece) pairs that stay in the trie are
+    kept, as sorted keys ``node * labels + label``, so memory grows with the vocabulary's text,
+    not with nodes times pieces. They are found per word: at each character of a word, every
+    piece that spells the text that follows there. A word-start piece begins a new word at
+    the node of its body (``start_node``, -1 when no word begins so)."""
+
+    def __init__(self, vocabulary: Iterable[str], starts: np.ndarray,
+                 bodies: Sequence[str]) -> None:
+        count = len(starts)
+        pieces: dict[str, Any] = {}  # a trie of the continuing pieces' text; "" -> the label
+        for label, body in enumerate(bodies):
+            if body and not starts[label]:
+                node = pieces
+                for char in body:
+                    node = node.setdefault(char, {})
+                node[""] = label
+        children: list[dict[str, int]] = [{}]
+        ends: set[int] = set()
+        pairs: dict[int, int] = {}
+        for word in vocabulary:
+            if not word or any(c.isspace() for c in word):
+                continue
+            path = [0]
+            for char in word:
+                nxt = children[path[-1]].get(char)
+                if nxt is None:
+                    nxt = len(children)
+                    children[path[-1]][char] = nxt
+                    children.append({})
+                path.append(nxt)
+            ends.add(path[-1])
+            for at in range(len(word)):
+                piece: dict[str, Any] | None = pieces
+                for end in range(at, len(word)):
+                    piece = piece.get(word[end]) if piece is not None else None
+                    if piece is None:
+                        break
+                    found = piece.get("")
+                    if found is not None:
+                        pairs[path[at] * count + found] = path[end + 1]
+        self.keys = np.array(sorted(pairs), dtype=np.int64)
+        self.next = np.array([pairs[key] for key in self.keys.tolist()], dtype=np.int64)
+        # A key no pair has, so that a search past the end finds no pair.
+        self.keys = np.append(self.keys, np.iinfo(np.int64).max)
+        self.next = np.append(self.next, -1)
+        self.count = count
+        self.start_node = np.full(count, -1, dtype=np.int64)
+        for label, body in enumerate(bodies):
+            if starts[label]:
+                node_id = 0
+                for char in body:
+                    node_id = children[node_id].get(char, -1) if node_id >= 0 else -1
+                self.start_node[label] = node_id
+        self.is_word = np.zeros(len(children) + 1, dtype=bool)
+        self.is_word[list(ends)] = True
+
+    def _find(self, keys: np.ndarray) -> np.ndarray:
+        """The node each key (``node * labels + label``) leads to, -1 where none."""
+        pos = np.searchsorted(self.keys, keys)
+        return np.where(self.keys[pos] == keys, self.next[pos], -1)
+
+    def unknown(self, nodes: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """As :meth:`_Vocabulary.unknown`. (Node -1 makes a negative key: no pair.)"""
+        keys = nodes[:, :, None] * self.count + labels[:, None, :]
+        return self._find(keys) < 0
+
+    def step(self, nodes: np.ndarray, labels: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The node after ``labels``; a word-start label begins a new word at its body's."""
+        return np.where(starts, self.start_node[labels], self._find(nodes * self.count + labels))
