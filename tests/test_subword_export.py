@@ -113,3 +113,23 @@ def test_tflite_pieces_are_joined_when_read_back(subword_run, audio, tmp_path):
     exported = ExportedModel(folder)
     assert exported.labels == PIECES
     assert exported.transcribe(audio) == expected
+
+
+def test_onnx_pieces_are_joined_when_read_back(subword_run, audio, tmp_path):
+    pytest.importorskip("tf2onnx")
+    pytest.importorskip("onnxruntime")
+    from asrkit.export import ExportedModel, _metadata, serving_module
+    from asrkit.export_onnx import write_onnx
+
+    run, model = subword_run
+    module = serving_module(run, model)  # kept: its functions hold it weakly
+    expected = module.transcribe(audio)["text"].numpy().decode()
+    folder = tmp_path / "onnx"
+    folder.mkdir()
+    write_onnx(run, model, folder)
+    (folder / "asrkit.json").write_text(json.dumps(_metadata(run, "onnx", "best", {})))
+    exported = ExportedModel(folder)
+    assert exported.labels == PIECES
+    assert exported.transcribe(audio) == expected
+    out = exported._run("transcribe", audio)
+    assert list(out["characters"]) == [PIECES.symbols[i] for i in out["labels"]]
