@@ -12,8 +12,9 @@ Signatures (each takes one utterance; ``pcm`` is float32 in [-1, 1], or int16 fo
 
 ``logits``            ``{"logits": float32 [frames', classes]}`` (the blank is the last class)
 ``transcribe``        ``{"text": string []}`` (SavedModel only), ``"labels": int32 [n]`` (the
-                      alphabet indices of the greedy path, repeats merged, blanks dropped) and
-                      ``"characters": string [n]`` (those labels' symbols)
+                      label indices of the greedy path, repeats merged, blanks dropped) and
+                      ``"characters": string [n]`` (those labels' symbols: characters, or
+                      subword pieces for a model trained on a tokenizer's pieces)
 ``logits_int16``, ``transcribe_int16``   the same for int16 PCM
 ``serving_default``   (SavedModel) ``transcribe``, what TensorFlow Serving calls by default
 
@@ -22,13 +23,20 @@ Greedy decoding is written with argmax, comparisons and gathers instead of
 under a stock interpreter without the Flex delegate (the pip ``tf.lite.Interpreter`` has none).
 Only joining the characters into one string has no built-in, so the TFLite ``transcribe`` returns
 ``characters`` and ``labels`` and leaves the join to the caller; the SavedModel adds ``text``.
+For characters ``text`` is the symbols joined; for subword pieces it is words, as
+:meth:`asrkit.labels.Labels.decode` reads pieces: joined, the word marker (``"▁"``) made a space,
+spaces collapsed and stripped (:func:`text_of`).
 
 An export is a folder: the SavedModel (``saved_model.pb``, ``variables/``) or ``model.tflite``,
-plus ``asrkit.json`` (alphabet, sample rate, seconds per output frame, the run and checkpoint it
-came from, signatures) and ``alphabet.txt``, so that :mod:`asrkit.transcribe` and programs
-without asrkit can both use it. It is written to a temporary folder and renamed into place, so a
-crash never leaves half an export, and it is verified before the rename: the exported model and
-the checkpoint must give the same logits on the same audio. ``force`` replaces only an export
+plus ``asrkit.json`` (``labels``: symbols, word marker and blank, read back with
+:func:`asrkit.labels.labels_from_json`; ``alphabet``, the same symbols, for older readers; sample
+rate, seconds per output frame, the run and checkpoint it came from, signatures) and, for
+character labels, ``alphabet.txt``, so that :mod:`asrkit.transcribe` and programs without asrkit
+can both use it. A SavedModel also holds its symbols and word marker as variables
+(``alphabet``, ``word_marker``), so it is readable without ``asrkit.json``. It is written to a
+temporary folder and renamed into place, so a crash never leaves half an export, and it is
+verified before the rename: the exported model and the checkpoint must give the same logits on
+the same audio. ``force`` replaces only an export
 asrkit made (:mod:`asrkit.outputs`): never the current folder, the run, or a user's folder.
 """
 
@@ -41,7 +49,7 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from asrkit import outputs
 from asrkit.errors import AsrkitError
@@ -53,7 +61,9 @@ if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
 
+    from asrkit.labels import Labels
     from asrkit.runs import Run
+    from asrkit.text import Alphabet
 
 FORMATS = ("savedmodel", "tflite", "onnx")
 #: The export's description, beside the model.
@@ -76,6 +86,29 @@ class ExportError(AsrkitError):
 # -- a run's model ------------------------------------------------------------------------------
 
 
+def joins_symbols(labels: Labels) -> TypeGuard[Alphabet]:
+    """Whether ``labels``' text is its symbols joined as they are (characters): no word marker
+    to turn into spaces, no spaces to collapse."""
+    from asrkit.text import Alphabet
+
+    return isinstance(labels, Alphabet)
+
+
+def text_of(characters: tf.Tensor, labels: Labels) -> tf.Tensor:
+    """The text of the greedy path's symbols ``characters`` (string ``[n]``), in the graph: for
+    characters the symbols joined; for subword pieces the words, as ``labels.decode`` gives them
+    (marker -> space, spaces collapsed, the ends stripped)."""
+    import re
+
+    import tensorflow as tf
+
+    joined = tf.strings.reduce_join(characters)
+    if joins_symbols(labels):
+        return joined
+    spaced = tf.strings.regex_replace(joined, re.escape(labels.word_marker), " ")
+    return tf.strings.strip(tf.strings.regex_replace(spaced, r"\s+", " "))
+
+
 def serving_module(run: Run, model: Any, with_text: bool = True) -> tf.Module:
     """A :class:`tf.Module` whose ``tf.function`` methods are the export's signatures.
 
@@ -86,8 +119,8 @@ def serving_module(run: Run, model: Any, with_text: bool = True) -> tf.Module:
     """
     import tensorflow as tf
 
-    alphabet = run.labels
-    blank = alphabet.blank
+    classes = run.labels  # (``labels`` below are a greedy path's)
+    blank = classes.blank
     float_pcm = [tf.TensorSpec([None], tf.float32, name="pcm")]
     int16_pcm = [tf.TensorSpec([None], tf.int16, name="pcm")]
     logits_fn = make_logits_fn(run, model)
@@ -104,19 +137,22 @@ def serving_module(run: Run, model: Any, with_text: bool = True) -> tf.Module:
         def __init__(self) -> None:
             super().__init__(name="asrkit_serving")
             self.model_variables = [getattr(v, "value", v) for v in model.variables]
-            # Readable without asrkit: loaded.alphabet.numpy(), loaded.frame_seconds.numpy().
-            self.alphabet = tf.Variable(list(alphabet.symbols), trainable=False, name="alphabet")
+            # Readable without asrkit: loaded.alphabet.numpy() (the symbols, pieces too),
+            # loaded.word_marker.numpy(), loaded.frame_seconds.numpy().
+            self.alphabet = tf.Variable(list(classes.symbols), trainable=False, name="alphabet")
+            self.word_marker = tf.Variable(classes.word_marker, trainable=False,
+                                           name="word_marker")
             self.frame_seconds = tf.Variable(seconds, trainable=False, dtype=tf.float32,
                                              name="frame_seconds")
             self.sample_rate = tf.Variable(SAMPLE_RATE, trainable=False, name="sample_rate")
-            self._symbols = tf.constant(list(alphabet.symbols))
+            self._symbols = tf.constant(list(classes.symbols))
 
         def _transcribe(self, audio: Any) -> dict[str, Any]:
             labels = greedy_labels(logits_fn(audio), blank)
             characters = tf.gather(self._symbols, labels)
             out = {"labels": labels, "characters": characters}
             if with_text:
-                out["text"] = tf.strings.reduce_join(characters)
+                out["text"] = text_of(characters, classes)
             return out
 
         @tf.function(input_signature=float_pcm)
@@ -178,7 +214,8 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
 
             write_onnx(run, model, staging)
         meta = _metadata(run, fmt, checkpoint, state)
-        run.labels.save(staging / "alphabet.txt")
+        if joins_symbols(run.labels):
+            run.labels.save(staging / "alphabet.txt")
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         meta["verified_max_abs_diff"] = verify_export(staging, module)
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -253,7 +290,8 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
         "decoder": run.train.decoder,
         "sample_rate": SAMPLE_RATE,
         "frame_seconds": frame_seconds(run.feature_config, run.spec, run.model_config),
-        "alphabet": list(run.labels.symbols),
+        "labels": run.labels.to_json(),
+        "alphabet": list(run.labels.symbols),  # the symbols, for readers older than "labels"
         "blank": run.labels.blank,
         "file": TFLITE_FILE if fmt == "tflite" else "saved_model.pb",
         "signatures": signatures + (["serving_default"] if fmt == "savedmodel" else []),
@@ -326,7 +364,8 @@ def tflite_interpreter(path: str | Path, num_threads: int | None = None) -> Any:
 
 class ExportedModel:
     """An export read back: ``logits(audio)`` and ``transcribe(audio)`` on float32 audio in
-    [-1, 1] at 16 kHz, whichever the format; ``metadata`` is its ``asrkit.json``."""
+    [-1, 1] at 16 kHz, whichever the format; ``metadata`` is its ``asrkit.json`` and ``labels``
+    what its classes mean (from ``labels`` in it, or the ``alphabet`` of older exports)."""
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
@@ -343,7 +382,7 @@ class ExportedModel:
             from asrkit.export_onnx import OnnxModel
 
             self.format = "onnx"
-            self._onnx = OnnxModel(onnx_file, self.metadata.get("alphabet"))
+            self._onnx = OnnxModel(onnx_file, self._labels(folder))
         elif path.is_file() or not (folder / "saved_model.pb").exists():
             model_file = path if path.is_file() else folder / TFLITE_FILE
             self.format = "tflite"
@@ -354,14 +393,25 @@ class ExportedModel:
 
             self.format = "savedmodel"
             self._loaded = tf.saved_model.load(str(folder))
-            if not self.metadata:  # a SavedModel carries its own alphabet and frame step
+            if not self.metadata:  # a SavedModel carries its own labels and frame step
+                symbols = [s.decode() for s in self._loaded.alphabet.numpy()]
+                marker = getattr(self._loaded, "word_marker", None)  # older exports: none
                 self.metadata = {
-                    "alphabet": [s.decode() for s in self._loaded.alphabet.numpy()],
+                    "alphabet": symbols,
                     "frame_seconds": float(self._loaded.frame_seconds.numpy()),
                     "sample_rate": int(self._loaded.sample_rate.numpy()),
                 }
-        if "alphabet" not in self.metadata:
+                if marker is not None:
+                    self.metadata["labels"] = {"symbols": symbols, "blank": len(symbols),
+                                               "word_marker": marker.numpy().decode()}
+        self.labels: Labels = self._labels(folder)
+
+    def _labels(self, folder: Path) -> Labels:
+        from asrkit.labels import labels_from_json
+
+        if "alphabet" not in self.metadata and "labels" not in self.metadata:
             raise ExportError(f"{folder} has no {METADATA_FILE}; it says what the labels mean")
+        return labels_from_json(self.metadata.get("labels", self.metadata))
 
     def _run(self, signature: str, audio: np.ndarray) -> dict[str, Any]:
         import numpy as np
@@ -382,10 +432,10 @@ class ExportedModel:
         return self._run("logits", audio)["logits"]
 
     def transcribe(self, audio: np.ndarray) -> str:
-        """The export's own in-graph greedy transcription."""
+        """The export's own in-graph greedy transcription (TFLite has no string join: its
+        greedy labels are read here as :meth:`asrkit.labels.Labels.decode` reads them)."""
         out = self._run("transcribe", audio)
         if "text" in out:
             text = out["text"]
             return text.decode() if isinstance(text, bytes) else str(text)
-        return "".join(c.decode() if isinstance(c, bytes) else str(c)
-                       for c in out["characters"])
+        return self.labels.decode(int(label) for label in out["labels"])

@@ -6,9 +6,11 @@ greedy path of :func:`asrkit.graph.greedy_labels`, as one ONNX model ``model.onn
 
 ``pcm``      input, float32 ``[samples]``: one utterance of 16 kHz mono audio in [-1, 1]
 ``logits``   output, float32 ``[frames', classes]`` (the blank is the last class)
-``labels``   output, int32 ``[n]``: the greedy path's alphabet indices (repeats merged, blanks
-             dropped); ``asrkit.json`` lists the alphabet, so ``"".join(alphabet[i] ...)`` is the
-             text
+``labels``   output, int32 ``[n]``: the greedy path's label indices (repeats merged, blanks
+             dropped); ``asrkit.json`` describes the labels (``labels``: symbols, word marker),
+             so ``"".join(alphabet[i] ...)`` is the text of characters, and for subword pieces
+             the same with the marker made a space, spaces collapsed and stripped
+             (:func:`asrkit.labels.labels_from_json` and its ``decode`` do both)
 
 tf2onnx (1.17) converts the whole graph, features included, once three of its op converters are
 given a hand (``custom_op_handlers``, its documented extension point):
@@ -39,6 +41,7 @@ from asrkit.errors import AsrkitError
 if TYPE_CHECKING:
     import numpy as np
 
+    from asrkit.labels import Labels
     from asrkit.runs import Run
 
 ONNX_FILE = "model.onnx"
@@ -228,17 +231,22 @@ def _floor_mod(ctx: Any, node: Any, name: str, args: list[Any]) -> None:
 
 class OnnxModel:
     """``model.onnx`` in onnxruntime: ``run(signature, audio)`` for
-    :class:`asrkit.export.ExportedModel` (``logits``, or ``transcribe``'s labels and
-    characters)."""
+    :class:`asrkit.export.ExportedModel` (``logits``, or ``transcribe``'s labels, characters
+    and text). ``labels`` says what the classes mean (a list of symbols: characters)."""
 
-    def __init__(self, path: str | Path, alphabet: list[str] | None = None) -> None:
+    def __init__(self, path: str | Path, labels: Labels | list[str] | None = None) -> None:
         import onnxruntime
+
+        from asrkit.labels import labels_from_json
 
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3  # errors only
         self.session = onnxruntime.InferenceSession(str(path), options,
                                                     providers=["CPUExecutionProvider"])
-        self.alphabet = alphabet or []
+        if isinstance(labels, list):
+            labels = labels_from_json({"alphabet": labels})
+        self.labels = labels
+        self.alphabet = list(labels.symbols) if labels is not None else []
 
     def outputs(self, audio: np.ndarray) -> dict[str, np.ndarray]:
         import numpy as np
@@ -254,5 +262,9 @@ class OnnxModel:
         if signature.startswith("logits"):
             return {"logits": out["logits"]}
         labels = out["labels"]
-        return {"labels": labels,
-                "characters": np.array([self.alphabet[i] for i in labels], dtype=object)}
+        found: dict[str, Any] = {"labels": labels,
+                                 "characters": np.array([self.alphabet[i] for i in labels],
+                                                        dtype=object)}
+        if self.labels is not None:
+            found["text"] = self.labels.decode(int(label) for label in labels)
+        return found

@@ -32,6 +32,10 @@ Words, times and confidence
     the geometric mean over its characters of each character's softmax probability (averaged
     over the frames that emit it): a geometric mean, so that one unsure character makes the
     word unsure, and per character, so that a long confident vowel cannot hide it.
+
+    A model with subword labels (SentencePiece pieces) is read the same way with pieces for
+    characters: a piece that starts a word (``"▁the"``) begins it, so the word spans its pieces'
+    frames and its confidence is the geometric mean over its pieces.
 """
 
 from __future__ import annotations
@@ -46,10 +50,11 @@ from typing import TYPE_CHECKING, Any
 
 from asrkit.data.audio import SAMPLE_RATE, SOX_TYPES, AudioError, decode
 from asrkit.errors import AsrkitError
-from asrkit.text import Alphabet
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from asrkit.labels import Labels
 
 #: Defaults of ``asrkit transcribe``: 20 s cores keep a bidirectional model's memory and latency
 #: small, and 2 s each side is longer than nearly any word, so overlapping words are seen whole.
@@ -130,7 +135,8 @@ class Window:
 
 @dataclass(frozen=True)
 class Token:
-    """One emitted character of a CTC alignment: its label and first/last output frame."""
+    """One emitted label (a character or a subword piece) of a CTC alignment: its label and
+    first/last output frame."""
 
     label: int
     first: int
@@ -143,13 +149,23 @@ class Token:
 class Recognizer(ABC):
     """Audio to logits, with what it takes to read them."""
 
-    alphabet: Alphabet
+    #: What the model's classes mean (characters or subword pieces).
+    labels: Labels
     #: Seconds per output frame.
     frame_seconds: float
     #: The decoder to use unless told otherwise (the run's).
     default_decoder: str = "greedy"
     #: What the model is, for reports.
     name: str = ""
+
+    @property
+    def alphabet(self) -> Labels:
+        """``labels``, by its name from before subword labels."""
+        return self.labels
+
+    @alphabet.setter
+    def alphabet(self, labels: Labels) -> None:
+        self.labels = labels
 
     @abstractmethod
     def logits(self, audio: np.ndarray) -> np.ndarray:
@@ -168,7 +184,7 @@ class CheckpointRecognizer(Recognizer):
         from asrkit.runs import load_run_model
 
         run, model, state = load_run_model(folder, checkpoint)
-        self.alphabet = run.labels
+        self.labels = run.labels
         self.frame_seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
         self.default_decoder = run.train.decoder
         self.name = f"{run.folder} ({run.spec.name}, step {state.get('global_step', '?')})"
@@ -188,7 +204,7 @@ class ExportRecognizer(Recognizer):
 
         self._export = ExportedModel(path)
         meta = self._export.metadata
-        self.alphabet = Alphabet(tuple(meta["alphabet"]))
+        self.labels = self._export.labels
         self.frame_seconds = float(meta["frame_seconds"])
         self.default_decoder = meta.get("decoder", "greedy")
         self.name = f"{path} ({self._export.format}, {meta.get('model', 'unknown model')})"
@@ -343,21 +359,24 @@ def ctc_align(log_probs: np.ndarray, labels: Sequence[int], blank: int) -> list[
     return tokens
 
 
-def words_from_tokens(tokens: Sequence[Token], log_probs: np.ndarray, alphabet: Alphabet,
+def words_from_tokens(tokens: Sequence[Token], log_probs: np.ndarray, labels: Labels,
                       offset: float, frame_seconds: float) -> list[Word]:
-    """Words (runs of non-space characters) with times (``offset`` + frames x frame seconds) and
-    confidence: the geometric mean over the word's characters of each character's mean
-    probability over the frames that emit it."""
+    """Words with times (``offset`` + frames x frame seconds) and confidence: the geometric mean
+    over the word's tokens of each token's mean probability over the frames that emit it.
+
+    Words are split as :class:`~asrkit.labels.Labels` splits them: a token that starts a word
+    (``labels.starts_word``) ends the word before it; its body (``"▁the"``: "the") begins the
+    next one, and an empty body (the space among characters) is a pure separator. A word's text
+    is the body of its first token and the symbols of the others."""
     import numpy as np
 
-    space = alphabet.symbols.index(" ") if " " in alphabet.symbols else None
     words: list[Word] = []
     current: list[Token] = []
 
     def flush() -> None:
         if not current:
             return
-        text = "".join(alphabet.symbols[t.label] for t in current)
+        text = "".join(labels.body(t.label) for t in current)
         characters = [float(np.exp(log_probs[t.first:t.last + 1, t.label]).mean())
                       for t in current]
         confidence = math.exp(sum(math.log(max(c, 1e-30)) for c in characters) / len(characters))
@@ -367,8 +386,10 @@ def words_from_tokens(tokens: Sequence[Token], log_probs: np.ndarray, alphabet: 
         current.clear()
 
     for token in tokens:
-        if token.label == space:
+        if labels.starts_word(token.label):
             flush()
+            if labels.body(token.label):
+                current.append(token)
         else:
             current.append(token)
     flush()
@@ -384,23 +405,25 @@ def spread_words(text: str, start: float, end: float) -> list[Word]:
             for i, w in enumerate(pieces)]
 
 
-def window_words(logits: np.ndarray, decoder: Any, alphabet: Alphabet, offset: float,
+def window_words(logits: np.ndarray, decoder: Any, labels: Labels, offset: float,
                  frame_seconds: float) -> list[Word]:
-    """Decode one window's logits and place its words in time."""
+    """Decode one window's logits and place its words in time: on the greedy path's tokens when
+    the decoder's text is the greedy one, else on the forced alignment of the text's labels
+    (``labels.encode``; for subword pieces one valid segmentation of it)."""
     import numpy as np
 
     log_probs = log_softmax(np.asarray(logits, np.float64))
-    greedy = greedy_tokens(logits, alphabet.blank)
-    text = decoder.decode(logits[np.newaxis], np.array([len(logits)]), alphabet)[0]
+    greedy = greedy_tokens(logits, labels.blank)
+    text = decoder.decode(logits[np.newaxis], np.array([len(logits)]), labels)[0]
     tokens: list[Token] | None = greedy
-    if text != alphabet.decode(t.label for t in greedy):
+    if text != labels.decode(t.label for t in greedy):
         try:
-            tokens = ctc_align(log_probs, alphabet.encode(text), alphabet.blank)
-        except AsrkitError:  # a character outside the alphabet
+            tokens = ctc_align(log_probs, labels.encode(text), labels.blank)
+        except AsrkitError:  # a character the labels cannot spell
             tokens = None
     if tokens is None:
         return spread_words(text, offset, offset + len(logits) * frame_seconds)
-    return words_from_tokens(tokens, log_probs, alphabet, offset, frame_seconds)
+    return words_from_tokens(tokens, log_probs, labels, offset, frame_seconds)
 
 
 # -- stitching ----------------------------------------------------------------------------------
@@ -471,7 +494,7 @@ def transcribe_samples(samples: np.ndarray, recognizer: Recognizer, decoder: Any
         else:
             audio = piece.astype(np.float32)
         logits = recognizer.logits(audio)
-        found.append(window_words(logits, decoder, recognizer.alphabet,
+        found.append(window_words(logits, decoder, recognizer.labels,
                                   window.start / SAMPLE_RATE, recognizer.frame_seconds))
         if on_window is not None:
             on_window(number, len(windows))

@@ -65,14 +65,15 @@ def load_decoder(name: str, settings: Sequence[str] = (), config: Any = None) ->
     return configure(decoder, pairs, config)
 
 
-def try_decoder(decoder: Any, alphabet: Any) -> None:
+def try_decoder(decoder: Any, labels: Any) -> None:
     """Decode one blank frame with ``decoder``, so that what it needs and lacks (a language
-    model file, a symbol in the alphabet) stops a command at its start, not after an epoch."""
+    model file, a word-start symbol among the labels) stops a command at its start, not after an
+    epoch."""
     import numpy as np
 
-    logits = np.zeros((1, 1, alphabet.num_classes), dtype=np.float32)
-    logits[0, 0, alphabet.blank] = 10.0
-    texts = decoder.decode(logits, np.array([1]), alphabet)
+    logits = np.zeros((1, 1, labels.num_classes), dtype=np.float32)
+    logits[0, 0, labels.blank] = 10.0
+    texts = decoder.decode(logits, np.array([1]), labels)
     if len(texts) != 1:
         raise AsrkitError(f"the {decoder.name} decoder returned {len(texts)} texts for 1 "
                           "utterance")

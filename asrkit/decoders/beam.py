@@ -68,55 +68,58 @@ class BeamSearchDecoder(Decoder):
     """
 
     Config: ClassVar[type] = BeamConfig
-    #: The symbol that ends a word, for the scorer (it must be in the alphabet).
-    word_delimiter: ClassVar[str] = " "
     #: Hypotheses read out beyond the ``n`` asked for, for :meth:`finish` to merge or drop.
     spare_hypotheses: ClassVar[int] = 0
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
-        # Built per alphabet on first use: the search precomputes tables for its alphabet.
-        self._searches: dict[tuple[str, ...], PrefixBeamSearch] = {}
+        # Built per label set on first use: the search precomputes tables for its labels.
+        self._searches: dict[tuple[Any, ...], PrefixBeamSearch] = {}
 
-    def make_scorer(self, alphabet: Any) -> WordScorer | None:
-        """The word scorer (language model) for ``alphabet``; ``None``: acoustics alone."""
+    def make_scorer(self, labels: Any) -> WordScorer | None:
+        """The word scorer (language model) for ``labels``; ``None``: acoustics alone."""
         return None
 
-    def make_search(self, alphabet: Any) -> PrefixBeamSearch:
-        """The search for ``alphabet`` with this decoder's settings and scorer."""
+    def make_search(self, labels: Any) -> PrefixBeamSearch:
+        """The search for ``labels`` (an :class:`~asrkit.labels.Labels`: characters or
+        subword pieces) with this decoder's settings and scorer. The scorer's words are found
+        at the labels' word marker: the space among characters, ``"▁"`` pieces among
+        SentencePiece pieces."""
         from asrkit.decoders.prefix import PrefixBeamSearch
 
-        scorer = self.make_scorer(alphabet)
-        if scorer is not None and self.word_delimiter not in alphabet.symbols:
-            space = " (a space)" if self.word_delimiter == " " else ""
-            raise AsrkitError(f"the {self.name} decoder needs its word delimiter "
-                              f"{self.word_delimiter!r}{space} in the alphabet to find words")
+        marker = getattr(labels, "word_marker", " ")
+        scorer = self.make_scorer(labels)
+        if scorer is not None and not any(s.startswith(marker) for s in labels.symbols):
+            what = "a space" if marker == " " else f"a symbol starting with {marker!r}"
+            raise AsrkitError(f"the {self.name} decoder finds words where a symbol starts "
+                              f"one, and the labels hold no such symbol ({what})")
         return PrefixBeamSearch(
-            alphabet.symbols,
+            labels.symbols,
             self.config.beam_width,
             token_min_logp=self.config.token_min_logp,
             beam_prune_logp=self.config.beam_prune_logp,
             scorer=scorer,
-            word_delimiter=self.word_delimiter,
+            word_marker=marker,
+            decode=getattr(labels, "decode", None),
         )
 
-    def search_for(self, alphabet: Any) -> PrefixBeamSearch:
-        key = tuple(alphabet.symbols)
+    def search_for(self, labels: Any) -> PrefixBeamSearch:
+        key = (type(labels), tuple(labels.symbols), getattr(labels, "word_marker", " "))
         search = self._searches.get(key)
         if search is None:
-            search = self._searches[key] = self.make_search(alphabet)
+            search = self._searches[key] = self.make_search(labels)
         return search
 
     def finish(self, hypotheses: list[Hypothesis]) -> list[Hypothesis]:
         """Post-process one utterance's hypotheses (best first); the default keeps them."""
         return hypotheses
 
-    def decode(self, logits: Any, lengths: Any, alphabet: Any) -> list[str]:
+    def decode(self, logits: Any, lengths: Any, labels: Any) -> list[str]:
         """The best transcript of each utterance of ``logits [batch, time, classes]``."""
         return [best[0].text if best else ""
-                for best in self.decode_nbest(logits, lengths, alphabet, 1)]
+                for best in self.decode_nbest(logits, lengths, labels, 1)]
 
-    def decode_nbest(self, logits: Any, lengths: Any, alphabet: Any,
+    def decode_nbest(self, logits: Any, lengths: Any, labels: Any,
                      n: int | None = None) -> list[list[Hypothesis]]:
         """Up to ``n`` hypotheses per utterance (default: the whole final beam), best first,
         each with its total, acoustic and language-model log scores."""
@@ -132,7 +135,7 @@ class BeamSearchDecoder(Decoder):
         lengths = np.asarray(lengths).reshape(-1)
         if lengths.shape[0] != logits.shape[0]:
             raise AsrkitError(f"{lengths.shape[0]} lengths for a batch of {logits.shape[0]}")
-        search = self.search_for(alphabet)
+        search = self.search_for(labels)
         lengths = np.minimum(lengths.astype(np.int64), logits.shape[1])
         out: list[list[Hypothesis]] = [[] for _ in lengths]
         # Utterances of similar length side by side: the search pays per frame of the longest.

@@ -1,5 +1,6 @@
 """``greedy``: best-path CTC decoding (the most likely class a frame, repeats merged, blanks
-dropped). Exact for a model whose output is peaked, and thousands of utterances a second."""
+dropped). Exact for a model whose output is peaked, and thousands of utterances a second. The text
+is the labels' ``decode`` of the path: characters joined, or subword pieces read as words."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ class GreedyDecoder(Decoder):
     name = "greedy"
     description = "Best-path CTC decoding: argmax per frame, repeats merged, blanks removed."
 
-    def decode(self, logits: Any, lengths: Any, alphabet: Any) -> list[str]:
+    def decode(self, logits: Any, lengths: Any, labels: Any) -> list[str]:
         import numpy as np
 
         best = np.argmax(np.asarray(logits), axis=-1)
@@ -21,7 +22,7 @@ class GreedyDecoder(Decoder):
         for path, length in zip(best, np.asarray(lengths), strict=True):
             path = path[: int(length)]
             keep = path[np.insert(path[1:] != path[:-1], 0, True)] if len(path) else path
-            texts.append(alphabet.decode(int(c) for c in keep if c != alphabet.blank))
+            texts.append(labels.decode(int(c) for c in keep if c != labels.blank))
         return texts
 
 

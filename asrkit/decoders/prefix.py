@@ -41,7 +41,7 @@ same reason.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,10 +64,22 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 class PrefixBeamSearch:
-    """A prefix beam search for one alphabet and one set of options; reusable across utterances.
+    """A prefix beam search for one label set and one set of options; reusable across
+    utterances.
 
-    ``symbols`` are the alphabet's symbols (labels ``0 .. N-1``); the blank is label ``N``.
-    With a ``scorer``, ``word_delimiter`` (a symbol) ends words; it must be in ``symbols``.
+    ``symbols`` are the labels' symbols (labels ``0 .. N-1``); the blank is label ``N``.
+    ``decode`` turns a hypothesis' labels into its text (a :class:`~asrkit.labels.Labels`'
+    ``decode``; default: the symbols joined, as characters are).
+
+    With a ``scorer``, words are found as :class:`~asrkit.labels.Labels` finds them: a symbol
+    starting with ``word_marker`` finishes the word before it (the scorer scores that word)
+    and begins a new one whose first text is the symbol's *body*, the symbol without the
+    marker. For characters the marker is the space symbol (body ``""``: a pure separator); for
+    SentencePiece pieces it is ``"▁"`` (``"▁the"`` finishes a word and begins "the"). Some
+    symbol must start with the marker. The scorer's ``vocabulary`` (the partial-word penalty)
+    judges the unfinished word's text however it is spelt: a piece walks the vocabulary's
+    character trie one character of its body at a time (:class:`_PieceVocabulary`; characters
+    use one table lookup a label, :class:`_Vocabulary`).
     """
 
     def __init__(
@@ -77,7 +89,8 @@ class PrefixBeamSearch:
         token_min_logp: float | None = None,
         beam_prune_logp: float | None = None,
         scorer: WordScorer | None = None,
-        word_delimiter: str = " ",
+        word_marker: str = " ",
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
         if beam_width < 1:
             raise ValueError("beam_width must be at least 1")
@@ -87,17 +100,30 @@ class PrefixBeamSearch:
         self.token_min_logp = token_min_logp
         self.beam_prune_logp = beam_prune_logp
         self.scorer = scorer
-        self.space = -1
-        self.vocab: _Vocabulary | None = None
+        self.decode = decode
+        # Per label (the blank and "no label" last): does it start a word, and with what text.
+        self.starts = np.zeros(self.blank + 2, dtype=bool)
+        self.bodies = [""] * (self.blank + 2)
+        for label, symbol in enumerate(self.symbols):
+            if symbol.startswith(word_marker):
+                self.starts[label] = True
+                self.bodies[label] = symbol[len(word_marker):]
+            else:
+                self.bodies[label] = symbol
+        self.vocab: _Vocabulary | _PieceVocabulary | None = None
         if scorer is not None:
-            if word_delimiter not in self.symbols:
+            if not self.starts.any():
                 raise ValueError(
-                    f"a word-level language model needs the word delimiter {word_delimiter!r} "
-                    "in the alphabet"
+                    f"a word-level language model needs a symbol starting with the word marker "
+                    f"{word_marker!r} to find words"
                 )
-            self.space = self.symbols.index(word_delimiter)
+            characters = all(len(body) == 1 or (start and not body)
+                             for start, body in zip(self.starts, self.bodies[:self.blank],
+                                                    strict=False))
             if scorer.vocabulary is not None:
-                self.vocab = _Vocabulary(scorer.vocabulary, self.symbols, self.space)
+                self.vocab = (_Vocabulary(scorer.vocabulary, self.symbols, self.starts)
+                              if characters else
+                              _PieceVocabulary(scorer.vocabulary, self.starts, self.bodies))
 
     def search(self, log_probs: np.ndarray) -> list[Hypothesis]:
         """All final prefixes of one utterance, best first. ``log_probs`` is ``[time, classes]``
@@ -119,7 +145,7 @@ class PrefixBeamSearch:
                 f"{self.blank + 1} (the blank last)"
             )
         lengths = np.minimum(np.asarray(lengths, dtype=np.int64).reshape(-1), frames)
-        blank, width, space = self.blank, self.beam_width, self.space
+        blank, width = self.blank, self.beam_width
         # Past its end an utterance sees certain blanks: its beam no longer changes.
         past = np.arange(frames)[None, :] >= lengths[:, None]
         log_probs[past] = -np.inf
@@ -142,7 +168,8 @@ class PrefixBeamSearch:
         pnb = np.zeros((utts, 1))  # P(alignments ending in the last label), scaled
         log_scale = np.zeros(utts)
         records = _Records()
-        lm = (_LMState(self.scorer, self.symbols, space, self.vocab, (utts, 1))
+        lm = (_LMState(self.scorer, self.symbols, self.starts, self.bodies, self.vocab,
+                       (utts, 1))
               if self.scorer is not None else None)
 
         for t in range(frames):
@@ -180,6 +207,7 @@ class PrefixBeamSearch:
                     # Ranked by probability times exp(language-model score), both relative to
                     # the utterance's best: multiplications, no logarithm of every candidate.
                     stay_weight, ext_weight, space_col = lm.weights(labels, rec, records)
+                    lm.columns = labels
                     np.multiply(spb + spnb, stay_weight, out=keys[:, :n])
                     np.multiply(ext, ext_weight, out=keys[:, n:].reshape(utts, n, k))
                 valid = keys > 0.0
@@ -246,11 +274,17 @@ class PrefixBeamSearch:
             score = acoustic[u, slots] + lm_u
             ranked = np.argsort(-score, kind="stable")[:limit]
             results.append([
-                Hypothesis(records.text(int(rec[u, slots[j]]), self.symbols), float(score[j]),
+                Hypothesis(self._text(records, int(rec[u, slots[j]])), float(score[j]),
                            float(acoustic[u, slots[j]]), float(lm_u[j]))
                 for j in ranked
             ])
         return results
+
+    def _text(self, records: _Records, record: int) -> str:
+        labels = records.labels(record)
+        if self.decode is None:
+            return "".join(self.symbols[c] for c in labels)
+        return self.decode(labels)
 
     def _choose_scoring_words(self, keys: np.ndarray, valid: np.ndarray, ext: np.ndarray,
                               space_col: np.ndarray, lm: _LMState, rec: np.ndarray,
@@ -286,7 +320,7 @@ class PrefixBeamSearch:
         if u.size == 0:
             return chosen, chosen_valid
         lm.score_words(u, w, rec, records)
-        exact = ext[u, w, col[need]] * lm.weight_of(u, w)
+        exact = ext[u, w, col[need]] * lm.weight_of(u, w, col[need])
         keys[u, pos] = exact
         # The final beam: the best ``width`` of the first choice and the words just scored.
         first = np.searchsorted(u, np.arange(utts))  # u is sorted (np.nonzero order)
@@ -375,40 +409,47 @@ class _Records:
         self.size = end
         return new
 
-    def labels(self, record: int, stop: int = -2) -> tuple[list[int], int]:
-        """The labels of ``record`` back to the root or to the first label ``stop`` (excluded),
-        in order, and the record where reading stopped."""
+    def labels(self, record: int, until: int = 0) -> list[int]:
+        """The labels of ``record`` after its ancestor ``until`` (default: the root), in
+        order."""
         out = []
         parent, label = self.parent, self.label
-        while record != 0 and label[record] != stop:
+        while record != until and record != 0:
             out.append(int(label[record]))
             record = int(parent[record])
         out.reverse()
-        return out, record
-
-    def text(self, record: int, symbols: Sequence[str]) -> str:
-        return "".join(symbols[c] for c in self.labels(record)[0])
+        return out
 
 
 class _LMState:
     """The language-model side of the beams: ``[utterances, slots]`` arrays parallel to them,
     the scorer's states where words start, and the scores of words met so far.
 
-    A prefix's unfinished word is identified by where it starts (the record of the space before
-    it, or the empty prefix) and a rolling hash of its labels, so that a word is spelled out and
+    A prefix's unfinished word is identified by where it starts (the record of the word-start
+    label that began it, or the empty prefix) and a rolling hash of its labels (that start
+    label's own when its body is the word's first text), so that a word is spelled out and
     scored once however many prefixes end in it."""
 
-    def __init__(self, scorer: WordScorer, symbols: Sequence[str], space: int,
-                 vocab: _Vocabulary | None, shape: tuple[int, int]) -> None:
+    def __init__(self, scorer: WordScorer, symbols: Sequence[str], starts: np.ndarray,
+                 bodies: Sequence[str], vocab: _Vocabulary | _PieceVocabulary | None,
+                 shape: tuple[int, int]) -> None:
         self.scorer = scorer
         self.symbols = symbols
-        self.space = space
+        self.starts = starts  # [classes + 1]: does the label start a word (finish the last)
+        self.bodies = bodies
+        self.has_body = np.array([s and bool(b) for s, b in zip(starts, bodies, strict=True)])
         self.vocab = vocab
         self.penalty = scorer.partial_penalty if vocab is not None else 0.0
+        # Per label: the penalty of the word a word-start label begins ("▁xq" fits no word);
+        # None where no such label has a body (characters).
+        self.start_penalty: np.ndarray | None = None
+        if isinstance(vocab, _PieceVocabulary):
+            self.start_penalty = np.where(vocab.start_node < 0, self.penalty, 0.0)
+        self.columns = np.zeros((shape[0], 0), dtype=np.int64)  # the frame's kept labels
         self.committed = np.zeros(shape)  # weighted score of the prefix's finished words
         self.vpos = np.zeros(shape, dtype=np.int64)  # unfinished word's vocabulary node (-1: none)
-        # committed + the score of the unfinished word if a space finished it now; NaN until
-        # asked. The empty prefix has no word: a space adds nothing.
+        # committed + the score of the unfinished word if a word start finished it now; NaN
+        # until asked. The empty prefix has no word: a word start adds nothing.
         self.wscore = np.zeros(shape)
         self.lm = np.zeros(shape)  # what ranks the prefix: committed + partial-word penalty
         self.start = np.zeros(shape, dtype=np.int64)  # record where the unfinished word starts
@@ -425,10 +466,12 @@ class _LMState:
                 records: _Records) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """exp(language-model score) of every prefix ``[utterances, slots]`` and extension
         ``[utterances, slots, labels]``, relative to each utterance's best prefix (so that
-        nothing overflows), and where the space is among ``labels`` (``None`` if nowhere).
+        nothing overflows), and where word-start labels are among ``labels`` (``None`` if
+        nowhere).
 
-        A space finishes a word; until the search asks for its exact score
-        (:meth:`score_words`) the word gets the scorer's upper bound, if it has one."""
+        A word-start label (the space of characters) finishes a word; until the search asks
+        for its exact score (:meth:`score_words`) the word gets the scorer's upper bound, if it
+        has one."""
         ref = np.max(self.lm, axis=1, where=self.live, initial=-np.inf, keepdims=True)
         self.ref = np.where(np.isfinite(ref), ref, 0.0)
         live = self.live
@@ -441,7 +484,7 @@ class _LMState:
                            base[:, :, None])
         else:
             ext = np.repeat(base[:, :, None], labels.shape[1], axis=2)
-        space_col = labels == self.space
+        space_col = self.starts[labels]
         if not space_col.any():
             return stay, ext, None
         missing = np.isnan(self.wscore)
@@ -457,20 +500,27 @@ class _LMState:
         else:
             value = self.wscore
         u, k = np.nonzero(space_col)
-        ext[u, :, k] = np.exp(np.where(live, value - self.ref, -np.inf))[u]
+        relative = np.where(live, value - self.ref, -np.inf)[u]
+        if self.start_penalty is not None:
+            relative = relative + self.start_penalty[labels[u, k]][:, None]
+        ext[u, :, k] = np.exp(relative)
         return stay, ext, space_col
 
-    def weight_of(self, utts: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """exp(score) of finishing the word of the prefixes at ``(utts, slots)`` with a space,
-        relative as in :meth:`weights` (after :meth:`score_words`)."""
-        return np.exp(self.wscore[utts, slots] - self.ref[utts, 0])
+    def weight_of(self, utts: np.ndarray, slots: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """exp(score) of finishing the word of the prefixes at ``(utts, slots)`` with the
+        word-start label in column ``cols`` of the frame's labels, relative as in
+        :meth:`weights` (after :meth:`score_words`)."""
+        relative = self.wscore[utts, slots] - self.ref[utts, 0]
+        if self.start_penalty is not None:
+            relative = relative + self.start_penalty[self.columns[utts, cols]]
+        return np.exp(relative)
 
     def _words(self, starts: list[int], hashes: list[int],
                records_of: list[int], records: _Records) -> list[tuple[float, Any]]:
         """For prefixes given by where their unfinished word starts, its hash and their record:
         the weighted score of that word and the state after it (for an empty word: 0 and the
         state where it would start)."""
-        words, states, space = self.words, self.states, self.space
+        words, states = self.words, self.states
         out = []
         for start, whash, record in zip(starts, hashes, records_of, strict=True):
             if whash == 0:
@@ -478,9 +528,10 @@ class _LMState:
                 continue
             found = words.get((start, whash))
             if found is None:
-                labels, _ = records.labels(record, stop=space)
-                found = words[(start, whash)] = self.scorer.score_word(states[start],
-                                                                       self._spell(labels))
+                labels = records.labels(record, until=start)
+                first = self.bodies[records.label[start]] if start else ""
+                found = words[(start, whash)] = self.scorer.score_word(
+                    states[start], first + self._spell(labels))
             out.append(found)
         return out
 
@@ -505,26 +556,30 @@ class _LMState:
         wscore = self.wscore[rows, src]
         start = self.start[rows, src]
         whash = self.whash[rows, src]
-        spaced = grown & (label == self.space)
+        spaced = grown & self.starts[label]
+        bodied = spaced & self.has_body[label]  # the new word already holds text
         u, w = np.nonzero(spaced & new)
         if u.size:
-            # A space finished a word: the next word starts from the state after it.
+            # A word start finished a word: the next word starts from the state after it.
             found = self._words_at(u, src[u, w], old_rec, records)
             for record, (_, state) in zip(rec[u, w].tolist(), found, strict=True):
                 self.states[record] = state
         self.committed = np.where(spaced, wscore, committed)
-        # After a space the next word is empty: a second space would add nothing.
-        self.wscore = np.where(grown, np.where(spaced, self.committed, np.nan), wscore)
+        # After a bare word start (a space) the next word is empty: a second one would add
+        # nothing. After "▁the" the next word is "the", unscored.
+        self.wscore = np.where(grown, np.where(spaced & ~bodied, self.committed, np.nan),
+                               wscore)
         self.start = np.where(spaced, rec, start)
-        self.whash = np.where(grown, np.where(spaced, np.uint64(0),
-                                              whash * _MULT + (label + 1).astype(np.uint64)),
+        step = (label + 1).astype(np.uint64)
+        self.whash = np.where(grown, np.where(spaced, np.where(bodied, step, np.uint64(0)),
+                                              whash * _MULT + step),
                               whash)
         # An empty slot (pruned, or never filled) holds no word: no NaN may reach the ranking.
         self.committed[dead] = 0.0
         self.wscore[dead] = 0.0
         if self.vocab is not None:
             vpos = self.vpos[rows, src]
-            grown_vpos = np.where(spaced, 0, self.vocab.table[vpos, np.where(grown, label, 0)])
+            grown_vpos = self.vocab.step(vpos, np.where(grown, label, 0), spaced)
             self.vpos = np.where(grown, grown_vpos, vpos)
             self.vpos[dead] = 0
             self.lm = self.committed + self.penalty * (self.vpos < 0)
@@ -550,15 +605,17 @@ class _Vocabulary:
     """The words of a language model, for judging unfinished words: ``table[node, label]`` is
     the node of the longer prefix (-1 where no word continues so); ``is_word[node]`` says if the
     prefix is a whole word. Node 0 is the empty prefix; the last row (index -1) is all -1 and not
-    a word, so that an unfinished word that fits no word stays at -1."""
+    a word, so that an unfinished word that fits no word stays at -1. Labels are characters: a
+    word-start label (``starts``, the space) is no part of a word."""
 
-    def __init__(self, vocabulary: Iterable[str], symbols: Sequence[str], space: int) -> None:
+    def __init__(self, vocabulary: Iterable[str], symbols: Sequence[str],
+                 starts: np.ndarray) -> None:
         index = {s: i for i, s in enumerate(symbols)}
         children: list[dict[int, int]] = [{}]
         ends: set[int] = set()
         for word in vocabulary:
             labels = [index.get(c, -1) for c in word]
-            if not labels or -1 in labels or space in labels:
+            if not labels or -1 in labels or starts[labels].any():
                 continue  # e.g. <unk>, <s>: words the alphabet cannot spell
             node = 0
             for label in labels:
@@ -589,3 +646,81 @@ class _Vocabulary:
             return self.table[nodes[:, :, None], labels[:, None, :]] < 0
         bits = self.bits[nodes][:, :, None] >> labels.astype(np.uint64)[:, None, :]
         return (bits & np.uint64(1)) == 0
+
+    def step(self, nodes: np.ndarray, labels: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The node after ``labels`` (where ``starts``: a word start, so a new, empty word)."""
+        return np.where(starts, 0, self.table[nodes, labels])
+
+
+class _PieceVocabulary:
+    """:class:`_Vocabulary` for subword pieces: the same character trie of the words (node 0
+    the empty prefix, node -1 "fits no word"), entered by pieces. A piece goes from a node to
+    the node its characters walk to; only the (node, piece) pairs that stay in the trie are
+    kept, as sorted keys ``node * labels + label``, so memory grows with the vocabulary's text,
+    not with nodes times pieces. They are found per word: at each character of a word, every
+    piece that spells the text that follows there. A word-start piece begins a new word at
+    the node of its body (``start_node``, -1 when no word begins so)."""
+
+    def __init__(self, vocabulary: Iterable[str], starts: np.ndarray,
+                 bodies: Sequence[str]) -> None:
+        count = len(starts)
+        pieces: dict[str, Any] = {}  # a trie of the continuing pieces' text; "" -> the label
+        for label, body in enumerate(bodies):
+            if body and not starts[label]:
+                node = pieces
+                for char in body:
+                    node = node.setdefault(char, {})
+                node[""] = label
+        children: list[dict[str, int]] = [{}]
+        ends: set[int] = set()
+        pairs: dict[int, int] = {}
+        for word in vocabulary:
+            if not word or any(c.isspace() for c in word):
+                continue
+            path = [0]
+            for char in word:
+                nxt = children[path[-1]].get(char)
+                if nxt is None:
+                    nxt = len(children)
+                    children[path[-1]][char] = nxt
+                    children.append({})
+                path.append(nxt)
+            ends.add(path[-1])
+            for at in range(len(word)):
+                piece: dict[str, Any] | None = pieces
+                for end in range(at, len(word)):
+                    piece = piece.get(word[end]) if piece is not None else None
+                    if piece is None:
+                        break
+                    found = piece.get("")
+                    if found is not None:
+                        pairs[path[at] * count + found] = path[end + 1]
+        self.keys = np.array(sorted(pairs), dtype=np.int64)
+        self.next = np.array([pairs[key] for key in self.keys.tolist()], dtype=np.int64)
+        # A key no pair has, so that a search past the end finds no pair.
+        self.keys = np.append(self.keys, np.iinfo(np.int64).max)
+        self.next = np.append(self.next, -1)
+        self.count = count
+        self.start_node = np.full(count, -1, dtype=np.int64)
+        for label, body in enumerate(bodies):
+            if starts[label]:
+                node_id = 0
+                for char in body:
+                    node_id = children[node_id].get(char, -1) if node_id >= 0 else -1
+                self.start_node[label] = node_id
+        self.is_word = np.zeros(len(children) + 1, dtype=bool)
+        self.is_word[list(ends)] = True
+
+    def _find(self, keys: np.ndarray) -> np.ndarray:
+        """The node each key (``node * labels + label``) leads to, -1 where none."""
+        pos = np.searchsorted(self.keys, keys)
+        return np.where(self.keys[pos] == keys, self.next[pos], -1)
+
+    def unknown(self, nodes: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """As :meth:`_Vocabulary.unknown`. (Node -1 makes a negative key: no pair.)"""
+        keys = nodes[:, :, None] * self.count + labels[:, None, :]
+        return self._find(keys) < 0
+
+    def step(self, nodes: np.ndarray, labels: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The node after ``labels``; a word-start label begins a new word at its body's."""
+        return np.where(starts, self.start_node[labels], self._find(nodes * self.count + labels))

@@ -27,8 +27,10 @@ TEXT = "the cat's tall"
 
 
 def check_decoder(decoder: Any, alphabet: Any = None, text: str = TEXT) -> None:
-    """Every contract check on ``decoder`` (default alphabet: asrkit's English one). ``text``
-    is what the peaked logits spell; give a decoder with a vocabulary words it knows."""
+    """Every contract check on ``decoder`` (default labels: asrkit's English alphabet; any
+    :class:`~asrkit.labels.Labels`, subword pieces too). ``text`` is what the peaked logits
+    spell (it must be the labels' ``decode`` of its own encoding, e.g. single spaces); give a
+    decoder with a vocabulary words it knows."""
     alphabet = _alphabet(alphabet)
     check_settings_round_trip(decoder)
     check_peaked_input(decoder, alphabet, text)
@@ -79,7 +81,7 @@ def check_peaked_input(decoder: Any, alphabet: Any = None, text: str = TEXT) -> 
     expected = best_path(batch, [frames, frames], alphabet)
     if expected != [text, text]:
         raise AssertionError(f"the peaked logits spell {expected!r}, not {text!r}: "
-                             "is every character of the text in the alphabet?")
+                             "can the labels spell the text?")
     got = decoder.decode(batch, np.array([frames, frames]), alphabet)
     if list(got) != expected:
         raise AssertionError(f"{decoder.name}: peaked logits decoded as {got!r}, the best "
@@ -132,14 +134,21 @@ def check_batch_matches_single(decoder: Any, alphabet: Any = None, text: str = T
 
 def peaked_logits(alphabet: Any, text: str, peak: float = PEAK,
                   rng: Any = None) -> Any:
-    """Logits ``[1, frames, classes]`` spelling ``text``: a frame for each character, then a
-    blank frame; the intended class ``peak`` above the others (plus noise from ``rng``)."""
+    """Logits ``[1, frames, classes]`` spelling ``text``: a frame for each label of
+    ``alphabet.encode(text)`` (a character, or a subword piece), then a blank frame; the
+    intended class ``peak`` above the others (plus noise from ``rng``). A character the labels
+    lack gets a frame where nothing stands out."""
     import numpy as np
 
+    from asrkit.labels import LabelError
+
+    try:
+        encoded = list(alphabet.encode(text))
+    except LabelError:
+        encoded = [alphabet.symbols.index(c) if c in alphabet.symbols else -1 for c in text]
     labels = []
-    for char in text:
-        labels += [alphabet.symbols.index(char) if char in alphabet.symbols else -1,
-                   alphabet.blank]
+    for label in encoded:
+        labels += [label, alphabet.blank]
     frames = np.zeros((len(labels), alphabet.num_classes), dtype=np.float32)
     if rng is not None:
         frames += rng.normal(size=frames.shape).astype(np.float32)
