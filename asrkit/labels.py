@@ -159,8 +159,8 @@ class Pieces(Labels):
         return out
 
     def __eq__(self, other: object) -> bool:
-        return (type(other) is type(self) and other.symbols == self.symbols  # type: ignore[attr-defined]
-                and other.word_marker == self.word_marker)  # type: ignore[attr-defined]
+        return (isinstance(other, Pieces) and type(other) is type(self)
+                and other.symbols == self.symbols and other.word_marker == self.word_marker)
 
     def __hash__(self) -> int:
         return hash((self.symbols, self.word_marker))
