@@ -4,8 +4,9 @@ Each kind of plugin object subclasses one of the abstract classes here. The core
 registered object against them, so a plugin that registers something malformed is reported at load
 time instead of failing in the middle of a training run.
 
-**The CTC blank convention, stated once:** for an alphabet of ``N`` symbols, a model outputs
-``N + 1`` classes; classes ``0 .. N-1`` are the alphabet's symbols in file order and the blank is
+**The CTC blank convention, stated once:** for labels of ``N`` symbols (an alphabet's characters
+or a tokenizer's pieces, :mod:`asrkit.labels`), a model outputs ``N + 1`` classes; classes
+``0 .. N-1`` are the symbols in order (an alphabet file's order) and the blank is
 the *last* class, index ``N`` (as in DeepSpeech and ``tf.nn.ctc_loss(blank_index=-1)``).
 """
 
@@ -194,7 +195,7 @@ class NoSettings:
 
 
 class Decoder(ABC):
-    """Turns logits into text: ``decode(logits, lengths, alphabet) -> list[str]``.
+    """Turns logits into text: ``decode(logits, lengths, labels) -> list[str]``.
 
     The contract the core uses, and nothing else (``asrkit evaluate``, ``asrkit train``,
     ``asrkit transcribe``, ``asrkit plugins --settings``):
@@ -206,7 +207,8 @@ class Decoder(ABC):
     - ``decoder.with_config(config)``: a new decoder of the same kind using ``config`` (a
       ``Config``); the registered instance keeps its defaults. ``with_config(**changes)``
       replaces single fields of this decoder's config.
-    - ``decode(logits, lengths, alphabet)``: one transcript per utterance of the batch.
+    - ``decode(logits, lengths, labels)``: one transcript per utterance of the batch;
+      ``labels`` are the run's :class:`asrkit.labels.Labels` (characters or subword pieces).
 
     The defaults here serve a decoder whose ``__init__`` takes only ``config``: it stores it
     (``None``: the defaults). A decoder with another ``__init__`` overrides ``with_config``.
@@ -261,7 +263,7 @@ class Decoder(ABC):
         return f"{type(self).__name__}({self.config!r})"
 
     @abstractmethod
-    def decode(self, logits: Any, lengths: Any, alphabet: Any) -> list[str]:
+    def decode(self, logits: Any, lengths: Any, labels: Any) -> list[str]:
         """Decode a batch of logits ``[batch, time, classes]`` (unnormalised; the blank last)
         with valid ``lengths`` (``None``: every frame) into one string per utterance."""
 

@@ -143,3 +143,9 @@ def test_fine_tuning_onto_a_tokenizer_starts_the_output_layer_afresh(letters, as
     assert "the output layer logits starts afresh" in result.stdout
     config = json.loads(Path("pieces/config.json").read_text())
     assert config["train"]["init_reset"] == ["logits"]
+
+
+def test_the_hooks_example_keeps_the_tokenizer_contract():
+    from asrkit.testing import check_tokenizer
+
+    check_tokenizer(hooks_tokenizer_example().MarkedLetters())
