@@ -58,12 +58,10 @@ def find_tokenizer(path: Path) -> Tokenizer:
     """The registered tokenizer whose files end like ``path`` (the longest suffix that fits)."""
     from asrkit import plugins
 
-    registry = plugins.get_plugins().registry
-    fitting = [plugins.get("tokenizer", name) for name in registry.names("tokenizer")]
-    fitting = [t for t in fitting if path.name.endswith(t.suffix)]
+    installed = [r.obj for r in plugins.get_plugins().registry.registrations("tokenizer")]
+    fitting = [t for t in installed if path.name.endswith(t.suffix)]
     if not fitting:
-        known = ", ".join(f"{plugins.get('tokenizer', n).suffix} ({n})"
-                          for n in registry.names("tokenizer"))
+        known = ", ".join(f"{t.suffix} ({t.name})" for t in installed)
         raise AsrkitError(f"no installed tokenizer reads {path.name}: their files end in {known}")
     longest = max(len(t.suffix) for t in fitting)
     fitting = [t for t in fitting if len(t.suffix) == longest]

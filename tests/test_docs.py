@@ -83,6 +83,18 @@ def install_tutorial(package: str, files: set[str], folder: Path) -> Path:
     return folder / "site"
 
 
+def run_tutorial_tests(site: Path, package: str) -> subprocess.CompletedProcess:
+    """The page's plugin ``package``'s own tests, run with pytest against its install in
+    ``site`` (as :func:`install_tutorial` left them), as the plugin's author would run them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
+    env["PYTHONPATH"] = str(site)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(site.parent / package / "tests")],
+        capture_output=True, text=True, env=env, cwd=site.parent, check=False, timeout=300,
+    )
+
+
 def test_tutorial_plugin_installs_and_passes_its_tests(tmp_path):
     site = install_tutorial("asrkit-importer-foo", {
         "pyproject.toml", "asrkit_importer_foo/__init__.py", "tests/test_foo.py"}, tmp_path)

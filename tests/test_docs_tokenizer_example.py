@@ -6,14 +6,11 @@ point."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import SPEECH, TINY
-from tests.test_docs import install_tutorial
+from tests.test_docs import install_tutorial, run_tutorial_tests
 
 PLUGIN = "asrkit-tokenizer-letters"
 
@@ -26,13 +23,7 @@ def site(tmp_path_factory):
 
 
 def test_the_example_plugin_passes_its_own_tests(site):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
-    env["PYTHONPATH"] = str(site)
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(site.parent / PLUGIN / "tests")],
-        capture_output=True, text=True, env=env, cwd=site.parent, check=False, timeout=300,
-    )
+    result = run_tutorial_tests(site, PLUGIN)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "2 passed" in result.stdout
 

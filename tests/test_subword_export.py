@@ -100,17 +100,25 @@ def test_old_and_character_metadata_read_back_as_an_alphabet():
     assert labels_from_json(english.to_json()) == english
 
 
-def test_tflite_pieces_are_joined_when_read_back(subword_run, audio, tmp_path):
-    from asrkit.export import ExportedModel, _metadata, _write_tflite, serving_module
+def export_and_expect(subword_run, audio, folder: Path, form: str, write) -> tuple:
+    """``write(run, model, folder)`` an export of ``form`` with its ``asrkit.json``, read it
+    back, and the SavedModel module's in-graph text of ``audio`` it must reproduce."""
+    from asrkit.export import ExportedModel, _metadata, serving_module
 
     run, model = subword_run
     module = serving_module(run, model)  # kept: its functions hold it weakly
     expected = module.transcribe(audio)["text"].numpy().decode()
-    folder = Path(tmp_path / "tflite")
     folder.mkdir()
-    _write_tflite(run, model, folder)
-    (folder / "asrkit.json").write_text(json.dumps(_metadata(run, "tflite", "best", {})))
-    exported = ExportedModel(folder)
+    write(run, model, folder)
+    (folder / "asrkit.json").write_text(json.dumps(_metadata(run, form, "best", {})))
+    return ExportedModel(folder), expected
+
+
+def test_tflite_pieces_are_joined_when_read_back(subword_run, audio, tmp_path):
+    from asrkit.export import _write_tflite
+
+    exported, expected = export_and_expect(subword_run, audio, tmp_path / "tflite", "tflite",
+                                           _write_tflite)
     assert exported.labels == PIECES
     assert exported.transcribe(audio) == expected
 
@@ -118,17 +126,10 @@ def test_tflite_pieces_are_joined_when_read_back(subword_run, audio, tmp_path):
 def test_onnx_pieces_are_joined_when_read_back(subword_run, audio, tmp_path):
     pytest.importorskip("tf2onnx")
     pytest.importorskip("onnxruntime")
-    from asrkit.export import ExportedModel, _metadata, serving_module
     from asrkit.export_onnx import write_onnx
 
-    run, model = subword_run
-    module = serving_module(run, model)  # kept: its functions hold it weakly
-    expected = module.transcribe(audio)["text"].numpy().decode()
-    folder = tmp_path / "onnx"
-    folder.mkdir()
-    write_onnx(run, model, folder)
-    (folder / "asrkit.json").write_text(json.dumps(_metadata(run, "onnx", "best", {})))
-    exported = ExportedModel(folder)
+    exported, expected = export_and_expect(subword_run, audio, tmp_path / "onnx", "onnx",
+                                           write_onnx)
     assert exported.labels == PIECES
     assert exported.transcribe(audio) == expected
     out = exported._run("transcribe", audio)
