@@ -158,15 +158,6 @@ class Recognizer(ABC):
     #: What the model is, for reports.
     name: str = ""
 
-    @property
-    def alphabet(self) -> Labels:
-        """``labels``, by its name from before subword labels."""
-        return self.labels
-
-    @alphabet.setter
-    def alphabet(self, labels: Labels) -> None:
-        self.labels = labels
-
     @abstractmethod
     def logits(self, audio: np.ndarray) -> np.ndarray:
         """Logits ``[frames', classes]`` of float32 audio ``[samples]`` in [-1, 1] at 16 kHz."""

@@ -69,7 +69,7 @@ class ToneRecognizer(Recognizer):
     names the character; quiet frames are blanks."""
 
     def __init__(self) -> None:
-        self.alphabet = Alphabet()
+        self.labels = Alphabet()
         self.frame_seconds = FRAME / RATE
         self.name = "tones"
         self.calls = 0
@@ -80,9 +80,9 @@ class ToneRecognizer(Recognizer):
         frames = np.pad(audio, [0, count * FRAME - len(audio)]).reshape(count, FRAME)
         peak = np.abs(np.fft.rfft(frames, axis=1)).argmax(axis=1) - FIRST_BIN
         loud = (frames**2).mean(axis=1) > 0.05  # at least 40% of the frame is tone
-        labels = np.where(loud & (peak >= 0) & (peak < self.alphabet.size), peak,
-                          self.alphabet.blank)
-        logits = np.full((count, self.alphabet.num_classes), -10.0, np.float32)
+        labels = np.where(loud & (peak >= 0) & (peak < self.labels.size), peak,
+                          self.labels.blank)
+        logits = np.full((count, self.labels.num_classes), -10.0, np.float32)
         logits[np.arange(count), labels] = 10.0
         return logits
 
