@@ -15,6 +15,11 @@ seconds per step, at each time. Needs espeak-ng, flite, fortunes and sox (script
     python benchmarks/bench_learning.py [--minutes 10,30] [--models ds2,brnn]
         [--variant "NAME:SETTING;SETTING" ...] [--train 2400] [--work bench-work]
 
+``--lm`` also scores each test set with the ``kenlm`` decoder and a 3-gram word model built
+(``asrkit lm build``) from every ``fortunes`` sentence except the dev and test ones: text the
+acoustic model never heard, holding most of the held-out words in other sentences, as a real
+LM corpus would (columns "+ LM").
+
 ``--variant "aug:pipeline.speed_factors=0.9,1.0,1.1;pipeline.time_masks=2"`` adds a run of each
 model with extra ``-o`` settings (e.g. augmentation) beside the default one, in the same table.
 ``--subwords 256`` builds a SentencePiece vocabulary of 256 pieces from the training transcripts
@@ -34,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from open_vocab import build
+from open_vocab import build, lm_sentences
 
 TEST_SETS = ("test", "test-unseen", "test-flite")
 
@@ -58,15 +63,30 @@ def train_leg(run: Path, model: str, minutes: float, settings: list[str], first:
                quiet=False)
 
 
-def score(run: Path) -> dict[str, dict[str, float]]:
+def score(run: Path, lm: Path | None) -> dict[str, dict[str, float]]:
+    """CER and WER of the final weights on each test set, greedy (``test``) and, given an LM,
+    with the kenlm decoder and its default weights (``test+lm``)."""
+    decoders = {"": []}
+    if lm:
+        decoders["+lm"] = ["--decoder", "kenlm", "-o", f"decoder.lm={lm}"]
     results = {}
     for split in TEST_SETS:
-        target = run / f"{split}.json"
-        asrkit("evaluate", str(run), "--split", split, "--checkpoint", "latest",
-               "--json", str(target), "--no-progress")
-        report = json.loads(target.read_text())
-        results[split] = {"cer": report["cer"], "wer": report["wer"]}
+        for suffix, options in decoders.items():
+            target = run / f"{split}{suffix}.json"
+            asrkit("evaluate", str(run), "--split", split, "--checkpoint", "latest",
+                   *options, "--json", str(target), "--no-progress")
+            report = json.loads(target.read_text())
+            results[split + suffix] = {"cer": report["cer"], "wer": report["wer"]}
     return results
+
+
+def build_lm(work: Path) -> Path:
+    """The benchmark's word 3-gram (see the module docstring)."""
+    text, arpa = work / "lm-text.txt", (work / "lm.arpa").resolve()
+    text.write_text("\n".join(lm_sentences(work / "openvocab" / "plan.json")) + "\n")
+    print(asrkit("lm", "build", "--text", str(text), "--order", "3", "-o", str(arpa),
+                 "--no-normalize").stdout.strip(), flush=True)
+    return arpa
 
 
 def progress(run: Path) -> dict[str, float]:
@@ -95,6 +115,8 @@ def main() -> None:
                         help="also train on a SentencePiece vocabulary of this size")
     parser.add_argument("--train", type=int, default=2400, help="training sentences")
     parser.add_argument("--work", type=Path, default=Path("bench-work"))
+    parser.add_argument("--lm", action="store_true",
+                        help="also score with the kenlm decoder and a word 3-gram")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -105,6 +127,7 @@ def main() -> None:
     asrkit("import", "folder", str(args.work / "openvocab"), "--name", "openvocab",
            "--no-progress")
     print(f"corpus ready in {time.monotonic() - started:.0f} s", flush=True)
+    lm = build_lm(args.work) if args.lm else None
 
     variants: dict[str, list[str]] = {} if args.skip_default else {"default": []}
     for item in args.variant:
@@ -128,7 +151,7 @@ def main() -> None:
                 done = minutes
                 row = {"model": model, "variant": variant, "minutes": minutes,
                        **progress(run), "leg_wall_seconds": round(time.monotonic() - began),
-                       **score(run)}
+                       **score(run, lm)}
                 row["seconds_per_step"] = round(minutes * 60 / max(row["steps"], 1), 2)
                 results.append(row)
                 print(line(row), flush=True)
@@ -137,21 +160,27 @@ def main() -> None:
     print("\n" + table(results))
 
 
+def scored(row: dict) -> list[str]:
+    """The row's test sets, greedy first, then with the LM where it was scored."""
+    return [s for s in TEST_SETS if s in row] + [s + "+lm" for s in TEST_SETS if s + "+lm" in row]
+
+
 def line(row: dict) -> str:
-    sets = ", ".join(f"{s} CER {row[s]['cer']:.1%} WER {row[s]['wer']:.1%}" for s in TEST_SETS)
+    sets = ", ".join(f"{s} CER {row[s]['cer']:.1%} WER {row[s]['wer']:.1%}" for s in scored(row))
     dev = " ".join(f"{step}:{cer:.1%}" for step, cer in row["dev_cer_by_step"])
     return (f"{row['model']} ({row['variant']}, preset {row['preset']}) after {row['minutes']:g} "
             f"min, {row['steps']} steps: {sets}; dev CER by step {dev}")
 
 
 def table(results: list[dict]) -> str:
+    columns = max((scored(r) for r in results), key=len)
     head = ("| model | variant | minutes | steps | s/step | "
-            + " | ".join(f"{s} CER / WER" for s in TEST_SETS) + " |")
-    rows = [head, "|" + "---|" * (5 + len(TEST_SETS))]
+            + " | ".join(f"{s.replace('+lm', ' + LM')} CER / WER" for s in columns) + " |")
+    rows = [head, "|" + "---|" * (5 + len(columns))]
     for r in results:
         cells = [r["model"], r["variant"], f"{r['minutes']:g}", str(r["steps"]),
                  f"{r['seconds_per_step']:.2f}"]
-        cells += [f"{r[s]['cer']:.1%} / {r[s]['wer']:.1%}" for s in TEST_SETS]
+        cells += [f"{r[s]['cer']:.1%} / {r[s]['wer']:.1%}" if s in r else "-" for s in columns]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

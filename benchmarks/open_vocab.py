@@ -173,6 +173,17 @@ def build(folder: Path, train: int = 2000, dev: int = 100, test: int = 150, seed
     return plan
 
 
+def lm_sentences(plan_file: Path) -> list[str]:
+    """Text for a word language model: every fortune sentence except the dev and test ones.
+
+    Like a real LM corpus (LibriSpeech's leaves out its test books) it holds none of the scored
+    sentences, but it is text the acoustic model never heard: most held-out words occur in it,
+    in other sentences."""
+    plan = json.loads(plan_file.read_text())
+    scored = {u["text"] for u in plan["utterances"] if u["split"] != "train"}
+    return [s for s in fortune_sentences() if s not in scored]
+
+
 def write_if_changed(path: Path, text: str) -> None:
     """Leave an identical file alone: a rebuilt corpus must not look changed to a re-import."""
     if not path.exists() or path.read_text() != text:

@@ -58,3 +58,14 @@ def test_a_small_corpus_imports(tmp_path, asrkit_home, asrkit_cli):
     for split, count in (("train", 6), ("dev", 2), ("test", 2), ("test-unseen", 2),
                          ("test-flite", 2)):
         assert f"{split} {count} utt" in result.stdout
+
+
+@needs_tools
+def test_the_lm_text_holds_no_scored_sentence(tmp_path):
+    plan = open_vocab.build(tmp_path / "corpus", train=6, dev=2, test=2, seed=1)
+    text = open_vocab.lm_sentences(tmp_path / "corpus" / "plan.json")
+    scored = {u.text for u in plan.utterances if u.split != "train"}
+    assert len(scored) == 4 and not scored & set(text)
+    assert len(text) == len(open_vocab.fortune_sentences()) - 4
+    held_out = set(plan.held_out_words)
+    assert any(held_out & set(sentence.split()) for sentence in text)
