@@ -303,7 +303,7 @@ def load_run(folder: str | Path) -> Run:
             f"{path} is damaged ({type(error).__name__}: {error}); the run cannot be "
             "continued or evaluated without it: train again in a new --run-dir"
         ) from None
-    train = from_dict(TrainConfig, saved["train"])
+    train = from_dict(TrainConfig, _renamed_train_settings(saved["train"]))
     decoder = saved.get("decoder")  # absent in runs older than decoder settings: the defaults
     if not isinstance(decoder, dict):
         decoder = None
@@ -336,6 +336,16 @@ def load_run(folder: str | Path) -> Run:
         decoder_config=decoder,
         tokenizer_file=None if train.tokenizer == CHARS else _saved_tokenizer(folder),
     )
+
+
+def _renamed_train_settings(values: dict[str, Any]) -> dict[str, Any]:
+    """Train settings of an older version under today's names: runs saved before
+    ``precision`` had ``mixed_precision`` (true: float16 products), and keep what they had."""
+    values = dict(values)
+    if "mixed_precision" in values:
+        mixed = values.pop("mixed_precision")
+        values.setdefault("precision", "mixed_float16" if mixed else "float32")
+    return values
 
 
 def _saved_tokenizer(folder: Path) -> TokenizerFile:

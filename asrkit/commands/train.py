@@ -20,7 +20,10 @@ import click
 @click.option("--devices", default=None,
               help="Devices as towers: every GPU by default (the CPU if none), 'cpu', or GPU "
                    "indices '0,1'.")
-@click.option("--mixed-precision", is_flag=True, default=None, help="float16 compute on GPU.")
+@click.option("--precision", type=click.Choice(["auto", "float32", "mixed_float16",
+                                                "mixed_bfloat16"]), default=None,
+              help="float32, 16-bit products (mixed_float16 for GPUs, mixed_bfloat16 for CPUs "
+                   "with AMX), or auto: bfloat16 where the CPU has it in hardware [default: auto].")
 @click.option("--seed", type=int, default=None, help="Seed of data order and initialisation.")
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
               help="Run folder [default: runs/<model>-<n>].")
@@ -43,7 +46,7 @@ import click
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def train_command(model: str | None, dataset: str | None, epochs: int | None,
                   batch_size: int | None, learning_rate: float | None, devices: str | None,
-                  mixed_precision: bool | None, seed: int | None, run_dir: Path | None,
+                  precision: str | None, seed: int | None, run_dir: Path | None,
                   resume: Path | None, init_from: str | None, overrides: tuple[str, ...],
                   workers: str | None, worker_index: int | None, no_progress: bool) -> None:
     """Train a model on an imported dataset (CTC; every GPU as a tower, else the CPU).
@@ -81,7 +84,7 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
         named: dict[str, Any] = {
             "model": model, "dataset": dataset, "epochs": epochs, "batch_size": batch_size,
             "learning_rate": learning_rate, "devices": devices, "seed": seed,
-            "mixed_precision": mixed_precision,
+            "precision": precision,
         }
         given = {k: v for k, v in named.items() if v is not None}
         run = new_run(TrainConfig(**given), list(overrides), run_dir, named=given)
@@ -132,7 +135,10 @@ def _fit(run: Any, progress: bool) -> Any:
     from asrkit.train.engine import Trainer
 
     try:
-        return Trainer(run, progress=progress).fit()
+        trainer = Trainer(run, progress=progress)
+        if trainer.chief:
+            click.echo(f"precision: {trainer.precision} ({trainer.precision_note})")
+        return trainer.fit()
     except tf.errors.DataLossError:
         error = damaged_dataset_error(run.dataset, f"continue with --resume {run.folder}")
         if error is None:

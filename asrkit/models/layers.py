@@ -132,8 +132,17 @@ class HoistedBiRNN(keras.layers.Layer):
         projected = tf.matmul(tf.reshape(inputs, [-1, features]), self.kernel[index])
         projected = tf.reshape(projected + self.bias[index][0],
                                [batch, frames, self.GATES * self.units])
-        outputs = self._loop(tf.transpose(projected, [1, 0, 2]), index, batch)
-        return tf.transpose(outputs, [1, 0, 2])
+        # The state is carried in float32 whatever the precision: under mixed precision only the
+        # products are 16-bit; an LSTM's cell state summed in bfloat16 over hundreds of frames
+        # would lose what it holds.
+        outputs = self._loop(tf.transpose(tf.cast(projected, tf.float32), [1, 0, 2]), index,
+                             batch)
+        return tf.cast(tf.transpose(outputs, [1, 0, 2]), inputs.dtype)
+
+    @staticmethod
+    def _product(state: Any, weights: Any) -> Any:
+        """``state @ weights`` in the weights' (compute) dtype, as float32."""
+        return tf.cast(tf.matmul(tf.cast(state, weights.dtype), weights), tf.float32)
 
     def _loop(self, projected: Any, index: int, batch: Any) -> Any:
         """The recurrence over time-major projected inputs; outputs ``[time, batch, units]``."""
@@ -169,7 +178,7 @@ class HoistedBiLSTM(HoistedBiRNN):
 
         def step(carry: Any, z: Any) -> Any:
             h, c = carry
-            gates = z + tf.matmul(h, recurrent)
+            gates = z + self._product(h, recurrent)
             i, f, g, o = tf.split(gates, 4, axis=-1)
             c = tf.sigmoid(f + forget_bias) * c + tf.sigmoid(i) * tf.tanh(g)
             return tf.sigmoid(o) * tf.tanh(c), c
@@ -198,8 +207,10 @@ class HoistedBiGRU(HoistedBiRNN):
         recurrent, recurrent_bias = self.recurrent_kernel[index], self.bias[index][1]
         units = self.units
 
+        recurrent_bias = tf.cast(recurrent_bias, tf.float32)
+
         def step(h: Any, x: Any) -> Any:
-            inner = tf.matmul(h, recurrent) + recurrent_bias
+            inner = self._product(h, recurrent) + recurrent_bias
             z = tf.sigmoid(x[:, :units] + inner[:, :units])
             r = tf.sigmoid(x[:, units:2 * units] + inner[:, units:2 * units])
             candidate = tf.tanh(x[:, 2 * units:] + r * inner[:, 2 * units:])

@@ -60,6 +60,7 @@ from asrkit.testing.models import (
     check_model,
     check_output_lengths,
     check_padding,
+    check_precision,
     check_training,
     make_tiny_run,
 )
@@ -67,7 +68,7 @@ from asrkit.testing.tokenizers import *  # noqa: F403  (the tokenizer contract c
 from asrkit.testing.tokenizers import __all__ as _tokenizer_checks
 
 __all__ = ["check_export", "check_extractor", "check_model", "check_output_lengths",
-           "check_padding", "check_training", "import_sample", "make_tiny_run",
+           "check_padding", "check_precision", "check_training", "import_sample", "make_tiny_run",
            *_decoder_checks, *_tokenizer_checks]
 
 

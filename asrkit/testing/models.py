@@ -15,6 +15,9 @@ A plugin author calls them from their own tests (the fixtures come with asrkit's
 - :func:`check_padding`: an utterance's logits alone equal its logits inside a padded batch
   (the padding filled with noise, so anything that reads it shows), which is what makes a
   batched ``asrkit evaluate`` and a one-file ``asrkit transcribe`` agree;
+- :func:`check_precision`: the model builds under bfloat16 mixed precision (what
+  ``precision=auto`` picks on CPUs with AMX) with float32 weights, logits close to float32's
+  and CTC gradients for every weight;
 - :func:`check_training`: ``asrkit train`` runs a few steps with finite, changing losses;
 - :func:`check_export`: ``asrkit export`` (SavedModel, TFLite) gives the model's own logits.
 
@@ -41,6 +44,10 @@ EXPORT_TOLERANCE = 1e-3
 #: Utterance lengths (frames) of the padding check: every remainder modulo strides 2, 3 and 4,
 #: odd and even, so that a convolution whose alignment depends on the padded length shows.
 PADDING_LENGTHS = (47, 40, 33, 26, 18)
+#: Largest logit difference between bfloat16 and float32 products, as a share of the largest
+#: float32 logit: bfloat16 keeps 8 significant bits (0.4 % a rounding), and roundings add up
+#: over the layers.
+PRECISION_TOLERANCE = 0.05
 #: Classes of the checks' models: asrkit's default alphabet (28 symbols) plus the blank.
 NUM_CLASSES = 29
 #: The real clip shipped with asrkit (in the ``sample`` corpus): DeepSpeech's LDC93S1
@@ -65,6 +72,8 @@ class ContractReport:
     losses: list[float]
     #: Format -> largest logit difference between the export and the Keras model.
     export_max_abs_diff: dict[str, float] = field(default_factory=dict)
+    #: Largest logit difference between bfloat16 and float32 products, relative to the logits.
+    bfloat16_relative_diff: float = 0.0
 
 
 def build_model(spec: ModelSpec, config: Any, num_features: int,
@@ -162,6 +171,73 @@ def check_padding(spec: ModelSpec, config: Any, num_features: int,
                 "that mixes frames, and pad convolutions so their alignment does not depend on "
                 "the batch's length")
     return worst
+
+
+def check_precision(spec: ModelSpec, config: Any, num_features: int,
+                    num_classes: int = NUM_CLASSES, seed: int = 0,
+                    precision: str = "mixed_bfloat16",
+                    tolerance: float = PRECISION_TOLERANCE) -> float:
+    """The model built under Keras' mixed-precision policy ``precision`` (as ``asrkit train``
+    builds it for ``-o precision=...``): every variable float32, so checkpoints are the same
+    in any precision; its logits (any float dtype) within ``tolerance`` of the float32 model's
+    with the same weights, over a padded batch's valid frames; and a CTC loss whose gradient
+    reaches every trainable variable, finite. Returns the largest relative difference.
+
+    A layer that makes its own float32 tensors (constants, masks, positional tables) and mixes
+    them with its inputs fails here with TensorFlow's dtype error: cast them to the input's
+    dtype (``x.dtype``) or to ``self.compute_dtype``."""
+    import numpy as np
+    import tensorflow as tf
+
+    from asrkit.train.precision import policy
+
+    reference = build_model(spec, config, num_features, num_classes, seed)
+    try:
+        with policy(precision):
+            model = build_model(spec, config, num_features, num_classes, seed)
+    except Exception as error:
+        raise AssertionError(f"{spec.name}: building under {precision} fails: "
+                             f"{' '.join(str(error).split())[:300]}") from error
+    wide = [v.path for v in model.weights if v.dtype != "float32"]
+    assert not wide, (f"{spec.name}: under {precision} these variables are not float32: "
+                      f"{wide[:5]}; keep weights float32 (Keras does, unless a layer sets "
+                      "its own dtype)")
+    model.set_weights(reference.get_weights())
+    rng = np.random.default_rng(seed)
+    lengths = [40, 33, 26]
+    batch = rng.normal(size=(len(lengths), max(lengths), num_features)).astype(np.float32)
+    try:
+        mixed = _logits(model, batch, lengths)
+    except Exception as error:
+        raise AssertionError(f"{spec.name}: a forward pass under {precision} fails: "
+                             f"{' '.join(str(error).split())[:300]}") from error
+    exact = _logits(reference, batch, lengths)
+    scale = max(float(np.max(np.abs(exact))), 1e-6)
+    worst = 0.0
+    for row, n in enumerate(lengths):
+        frames = int(spec.output_length(config, n))
+        assert np.all(np.isfinite(mixed[row, :frames])), (
+            f"{spec.name}: non-finite logits under {precision}")
+        worst = max(worst, float(np.max(np.abs(mixed[row, :frames] - exact[row, :frames]))))
+    assert worst <= tolerance * scale, (
+        f"{spec.name}: logits under {precision} differ from float32's by {worst:.3g} (logits "
+        f"up to {scale:.3g}; allowed {tolerance:.0%} of that): something is computed in "
+        "16 bits that needs float32 (a softmax over many frames, a variance, a long sum)")
+    labels = tf.constant(rng.integers(0, num_classes - 1, size=(len(lengths), 3)), tf.int32)
+    with tf.GradientTape() as tape:
+        logits = tf.cast(model((tf.constant(batch), tf.constant(lengths)), training=True),
+                         tf.float32)
+        loss = tf.reduce_mean(tf.nn.ctc_loss(
+            labels, logits, tf.fill([len(lengths)], 3),
+            spec.output_length(config, tf.constant(lengths)), logits_time_major=False,
+            blank_index=-1))
+    gradients = tape.gradient(loss, model.trainable_variables)
+    for variable, gradient in zip(model.trainable_variables, gradients, strict=True):
+        assert gradient is not None, (
+            f"{spec.name}: under {precision} no gradient reaches {variable.path}")
+        assert bool(tf.reduce_all(tf.math.is_finite(gradient))), (
+            f"{spec.name}: under {precision} the gradient of {variable.path} is not finite")
+    return worst / scale
 
 
 def check_training(model: str, folder: Path, dataset: str | Path, settings: Sequence[str] = (),
@@ -279,6 +355,7 @@ def check_model(model: str | ModelSpec, folder: str | Path, dataset: str | Path,
                                   model=keras_model)
     padding = check_padding(spec, run.model_config, num_features, num_classes, seed,
                             model=keras_model)
+    precision = check_precision(spec, run.model_config, num_features, num_classes, seed)
     losses = check_training(name, folder, dataset, settings, steps, batch_size)
     exports = check_export(folder, formats)
-    return ContractReport(name, stride, padding, losses, exports)
+    return ContractReport(name, stride, padding, losses, exports, precision)

@@ -33,6 +33,7 @@ from asrkit.settings import (  # noqa: F401  (re-exported: older imports of thes
     to_dict,
     validate,
 )
+from asrkit.train.precision import PRECISIONS
 
 #: ``devices``: every GPU (empty), the CPU, GPU indices, or explicit device names.
 DEVICES_PATTERN = r"\s*(|cpu|\d+(\s*,\s*\d+)*|/[^,]+(,\s*/[^,]+)*)\s*"
@@ -84,7 +85,10 @@ class TrainConfig:
     devices: str = setting("", pattern=DEVICES_PATTERN, pattern_doc=(
         "'' (every GPU, else the CPU), 'cpu', GPU indices such as '0,1', or device names "
         "such as '/cpu:0,/cpu:1'"))
-    mixed_precision: bool = False
+    #: The arithmetic of training: ``float32``, ``mixed_float16`` (GPUs), ``mixed_bfloat16``
+    #: (CPUs with AMX), or ``auto``: bfloat16 on a CPU that multiplies it in hardware, else
+    #: float32 (:mod:`asrkit.train.precision`).
+    precision: str = setting("auto", choices=PRECISIONS)
     #: Seconds a collective operation (gradient all-reduce) may wait for other workers before
     #: the run stops with an error: a dead worker must not hang the others for ever.
     worker_timeout: float = setting(300.0, above=0)

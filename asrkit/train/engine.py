@@ -39,8 +39,9 @@ from asrkit.train import schedules
 from asrkit.train.checkpoints import Checkpoints, append_metrics
 from asrkit.train.ema import WeightAverage
 from asrkit.train.growth import Growth, carry_over, saved_model_config
+from asrkit.train.precision import choose_precision, policy
 from asrkit.train.progress import RunProgress
-from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy
+from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy, uses_gpus
 
 if TYPE_CHECKING:  # the engine is given a run; loading and saving runs is asrkit.runs's
     from asrkit.runs import Run
@@ -88,14 +89,15 @@ class LoopState:
         return cls(**{k: v for k, v in saved.items() if k in known})
 
 
-def make_optimizer(config: Any) -> Any:
+def make_optimizer(config: Any, loss_scale: bool = False) -> Any:
+    """Adam with the run's settings; ``loss_scale`` for float16 products (mixed_float16)."""
     import keras
 
     inner = keras.optimizers.Adam(
         learning_rate=config.learning_rate, beta_1=config.beta1, beta_2=config.beta2,
         epsilon=config.epsilon, global_clipnorm=config.clip_norm or None,
     )
-    scale = 2.0 ** 15 if config.mixed_precision else 1.0
+    scale = 2.0 ** 15 if loss_scale else 1.0
     return keras.optimizers.LossScaleOptimizer(inner, initial_scale=scale)
 
 
@@ -142,15 +144,14 @@ class Trainer:
     """Trains one run (new or resumed) to the end, writing everything into its folder."""
 
     def __init__(self, run: Run, progress: bool = True) -> None:
-        import keras
 
         self.run = run
         self.config = run.train
         self.progress = progress
-        if self.config.mixed_precision:
-            keras.mixed_precision.set_global_policy("mixed_float16")
         seed_everything(self.config.seed)
         self.strategy = make_strategy(self.config.devices, self.config.worker_timeout)
+        self.precision, self.precision_note = choose_precision(
+            self.config.precision, on_gpus=uses_gpus(self.strategy))
         self.chief = is_chief()
         self.replicas = self.strategy.num_replicas_in_sync
         self.spec = run.spec
@@ -168,14 +169,15 @@ class Trainer:
     def _build(self, model_config: Any) -> None:
         """The model of ``model_config`` and everything bound to its variables: the optimiser,
         the moving average, the checkpoints, the compiled steps (again after a growth)."""
-        with self.strategy.scope():
+        with self.strategy.scope(), policy(self.precision):
             self.model = self.spec.build(model_config, self.num_features,
                                          self.run.labels.num_classes)
             if self.config.freeze:  # before the optimiser takes the trainable variables
                 from asrkit.train.finetune import freeze
 
                 freeze(self.model, self.config.freeze)
-            self.optimizer = make_optimizer(self.config)
+            self.optimizer = make_optimizer(self.config,
+                                            loss_scale=self.precision == "mixed_float16")
             self.optimizer.build(self.model.trainable_variables)
         self.model_config = model_config
         self.ema = (WeightAverage(self.strategy, self.model, self.config.ema_decay)

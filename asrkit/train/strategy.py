@@ -123,6 +123,18 @@ def _bound_joining(timeout_seconds: float) -> None:
             service.coordinated_job_list.add(name=job, num_tasks=len(cluster[job]))
 
 
+def uses_gpus(strategy: Any) -> bool:
+    """Whether the strategy's towers on this worker are GPUs (TensorFlow's default strategy,
+    which has no device list, places on the first GPU when there is one)."""
+    import tensorflow as tf
+
+    try:
+        devices = strategy.extended.worker_devices
+    except (RuntimeError, NotImplementedError):
+        return bool(tf.config.list_logical_devices("GPU"))
+    return any(":GPU:" in device.upper() for device in devices)
+
+
 def make_strategy(devices: str = "", timeout_seconds: float = 300.0) -> Any:
     """``""``: every visible GPU (one replica each), else the CPU; ``"cpu"``: the CPU;
     ``"0,1"``: those GPUs; ``"/cpu:0,/cpu:1"``: explicit device names (tests use logical CPUs).

@@ -1,0 +1,78 @@
+"""The arithmetic a run trains in: float32, or mixed precision (float32 weights, 16-bit products).
+
+``precision`` (a training setting) is one of :data:`PRECISIONS`:
+
+- ``float32``: everything in float32.
+- ``mixed_float16``: Keras' mixed precision with float16 products and loss scaling: for GPUs
+  with tensor cores.
+- ``mixed_bfloat16``: bfloat16 products, float32 weights and optimiser state, no loss scaling
+  (bfloat16 has float32's exponent range). On a CPU with AMX (Intel Xeon since Sapphire Rapids)
+  oneDNN multiplies bfloat16 matrices in hardware: convolutions and the large matrix products
+  run several times faster than in float32, a ``ds2`` step about 1.5x (docs/training.md has the
+  measurements). Where the CPU lacks it, TensorFlow emulates bfloat16 and is slower than float32.
+- ``auto`` (the default): ``mixed_bfloat16`` when the towers are this machine's CPU and the CPU
+  has AMX-BF16, else ``float32``. GPUs keep float32 unless asked: float16's loss scaling is a
+  choice for the user to make knowingly.
+
+Whatever the precision, the CTC loss, the weights and checkpoints are float32: a run trained in
+one precision is evaluated, resumed, fine-tuned and exported in any other. The policy applies
+to the layers a model builds (:func:`policy`), not to the process: evaluation and export after
+training in the same process build their models in float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+#: The /proc/cpuinfo flag of AMX's bfloat16 tile multiply.
+AMX_FLAG = "amx_bf16"
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo does not exist: not Linux)."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return set(value.split())
+    return set()
+
+
+def onednn_enabled() -> bool:
+    """oneDNN's kernels (TensorFlow's default on x86 Linux) do the bfloat16 products; with
+    ``TF_ENABLE_ONEDNN_OPTS=0`` TensorFlow emulates them."""
+    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
+
+
+def choose_precision(requested: str, on_gpus: bool, flags: set[str] | None = None
+                     ) -> tuple[str, str]:
+    """The precision to train in (a Keras dtype policy name) and, for the user, why."""
+    if requested != "auto":
+        return requested, f"precision={requested}"
+    if on_gpus:
+        return "float32", "GPUs: float32 (-o precision=mixed_float16 for float16 products)"
+    if AMX_FLAG in (cpu_flags() if flags is None else flags) and onednn_enabled():
+        return "mixed_bfloat16", ("this CPU multiplies bfloat16 in hardware (AMX): bfloat16 "
+                                  "products, float32 weights (-o precision=float32 for none)")
+    return "float32", "this CPU has no bfloat16 hardware (AMX): float32"
+
+
+@contextlib.contextmanager
+def policy(name: str) -> Iterator[None]:
+    """Keras' global dtype policy ``name`` while a model is built, the previous one after:
+    layers keep the policy they were made with, and nothing else in the process changes."""
+    import keras
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
