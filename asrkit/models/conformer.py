@@ -316,6 +316,7 @@ class Conformer(ModelSpec):
             "train.learning_rate": "0.001",
             "train.warmup_steps": "200",
             "train.clip_norm": "5",
+            "train.lr_schedule": "cosine",
             "features.normalize": "feature",
             "train.eval_every_minutes": "3",
         },
