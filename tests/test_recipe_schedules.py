@@ -59,6 +59,28 @@ def test_cosine_horizon_is_max_steps_else_the_epochs_updates():
     assert state.schedule_steps == 30
 
 
+def test_a_time_budget_horizon_leaves_out_the_compiling_steps(monkeypatch):
+    """Steps 1-5 take 20 s (compiling, filling the pipeline), the rest 1 s: the horizon is what
+    the budget allows at 1 s a step, not at the average of the first steps."""
+    clock = [1000.0]
+    monkeypatch.setattr(schedules.time, "monotonic", lambda: clock[0])
+    config = TrainConfig(lr_schedule="cosine", epochs=1000, max_minutes=10)
+    schedule = schedules.Schedule(config, batches_per_epoch=10_000)
+    state = LoopState()
+    while not state.schedule_steps:
+        schedule.rate(state)
+        clock[0] += 20.0 if state.global_step < schedules.PROBE_FROM else 1.0
+        state.global_step += 1
+    assert state.global_step == schedules.PROBE_FROM + schedules.PROBE_STEPS + 1
+    spent = 20.0 * schedules.PROBE_FROM + schedules.PROBE_STEPS
+    assert state.schedule_steps == pytest.approx(
+        schedules.PROBE_FROM + schedules.PROBE_STEPS + 600 - spent, abs=2)
+    steps = state.schedule_steps  # kept from then on, however the speed changes
+    clock[0] += 500
+    schedule.rate(state)
+    assert state.schedule_steps == steps
+
+
 def test_noam_follows_its_formula():
     config = TrainConfig(learning_rate=2.0, lr_schedule="noam", warmup_steps=100,
                          noam_d_model=256)

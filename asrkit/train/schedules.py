@@ -22,10 +22,12 @@ evaluation's by less than ``newbob_threshold`` (relative): times ``newbob_factor
 Cosine's horizon, in updates: ``lr_decay_steps`` if set, else ``max_steps`` if set, else the
 run's ``epochs`` times the updates an epoch (counted at the end of the first epoch; estimated
 before it from the split's utterance count). With a time budget (``max_minutes``) the horizon is
-estimated once, after :data:`PROBE_STEPS` updates of this process: the updates done plus those
-the remaining minutes allow at the speed measured so far (the smaller of that and the epochs'
-horizon). Until a horizon is known the rate stays at ``learning_rate``, where cosine starts
-flat anyway.
+estimated once: the updates done plus those the remaining minutes allow at the speed of updates
+:data:`PROBE_FROM` to ``PROBE_FROM + PROBE_STEPS`` of this process (the smaller of that and the
+epochs' horizon). The first updates are left out of the speed: they include compiling the step
+and filling the input pipeline, seconds that made the horizon a fifth too short, so the rate
+reached zero minutes before the budget ended. Until a horizon is known the rate stays at
+``learning_rate``, where cosine starts flat anyway.
 
 Everything the rate depends on besides the settings (``lr_factor``, the previous dev score, an
 estimated horizon) is in the loop state that every checkpoint saves, so a resumed run continues
@@ -38,8 +40,9 @@ import math
 import time
 from typing import Any
 
-#: Updates measured in this process before a time budget's horizon is estimated.
-PROBE_STEPS = 10
+#: A time budget's horizon comes from the speed of updates PROBE_FROM to PROBE_FROM +
+#: PROBE_STEPS of this process (the first ones compile the step).
+PROBE_FROM, PROBE_STEPS = 5, 30
 
 
 def warmup(config: Any, step: int) -> float:
@@ -82,6 +85,8 @@ class Schedule:
         self.batches_per_epoch = batches_per_epoch
         self.started = time.monotonic()
         self.first_step: int | None = None
+        #: (time, step) where the speed measurement began.
+        self.probe: tuple[float, int] | None = None
 
     def rate(self, state: Any) -> float:
         config = self.config
@@ -103,12 +108,14 @@ class Schedule:
             return by_epochs
         if state.schedule_steps:
             return min(state.schedule_steps, by_epochs) if by_epochs else state.schedule_steps
-        done = state.global_step - (self.first_step or 0)
-        if done < PROBE_STEPS:
+        now, done = time.monotonic(), state.global_step - (self.first_step or 0)
+        if done >= PROBE_FROM and self.probe is None:
+            self.probe = (now, state.global_step)
+        if self.probe is None or state.global_step - self.probe[1] < PROBE_STEPS:
             return 0
-        elapsed = time.monotonic() - self.started
-        left = max(0.0, config.max_minutes * 60 - elapsed)
-        by_time = state.global_step + int(left / (elapsed / done))
+        per_update = (now - self.probe[0]) / (state.global_step - self.probe[1])
+        left = max(0.0, config.max_minutes * 60 - (now - self.started))
+        by_time = state.global_step + int(left / per_update)
         return min(by_time, by_epochs) if by_epochs else by_time
 
 
