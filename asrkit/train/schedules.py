@@ -25,8 +25,8 @@ before it from the split's utterance count). With a time budget (``max_minutes``
 estimated once: the updates done plus those the remaining minutes allow at the speed of updates
 :data:`PROBE_FROM` to ``PROBE_FROM + PROBE_STEPS`` of this process (the smaller of that and the
 epochs' horizon). The first updates are left out of the speed: they include compiling the step
-and filling the input pipeline, seconds that made the horizon a fifth too short, so the rate
-reached zero minutes before the budget ended. Until a horizon is known the rate stays at
+and filling the input pipeline, which made a 30-minute run's horizon 27 % short, so its rate
+reached zero eight minutes before the budget ended. Until a horizon is known the rate stays at
 ``learning_rate``, where cosine starts flat anyway.
 
 Everything the rate depends on besides the settings (``lr_factor``, the previous dev score, an
