@@ -57,11 +57,11 @@ def choose_precision(requested: str, on_gpus: bool, flags: set[str] | None = Non
     if requested != "auto":
         return requested, f"precision={requested}"
     if on_gpus:
-        return "float32", "GPUs: float32 (-o precision=mixed_float16 for float16 products)"
+        return "float32", "GPUs: float32; -o precision=mixed_float16 for float16 products"
     if AMX_FLAG in (cpu_flags() if flags is None else flags) and onednn_enabled():
-        return "mixed_bfloat16", ("this CPU multiplies bfloat16 in hardware (AMX): bfloat16 "
-                                  "products, float32 weights (-o precision=float32 for none)")
-    return "float32", "this CPU has no bfloat16 hardware (AMX): float32"
+        return "mixed_bfloat16", ("this CPU's AMX multiplies bfloat16 in hardware: bfloat16 "
+                                  "products, float32 weights; -o precision=float32 for none")
+    return "float32", "this CPU has no AMX to multiply bfloat16 in hardware"
 
 
 @contextlib.contextmanager
