@@ -2,7 +2,8 @@
 
 For each model at its ``cpu`` preset's sizes: the engine's compiled training step
 (``asrkit.train.engine.make_train_step``: CTC, gradients, Adam) on one batch of ``--batch``
-utterances of ``--seconds`` seconds, the model built in float32 and again under the
+utterances of ``--seconds`` seconds at most (padded, as in training: ``bench_rnn_paths``'s
+batch and timing), the model built in float32 and again under the
 ``mixed_bfloat16`` policy (as ``asrkit train -o precision=...`` builds it), measured in the same
 run; reports seconds a step, audio-seconds a second and the ratio float32 / bfloat16. Features
 are random: the arithmetic does not depend on the values. On a CPU with AMX (``amx_bf16`` in
@@ -16,46 +17,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import asrkit  # noqa: E402, F401  (sets TensorFlow's environment defaults before it loads)
+from bench_rnn_paths import make_batch, measure_step  # noqa: E402
+from bench_train import preset_sizes  # noqa: E402  (both import asrkit before TensorFlow)
 
-PRECISIONS = ("float32", "mixed_bfloat16")
+#: Measured against each other; the first is the baseline.
+COMPARED = ("float32", "mixed_bfloat16")
 
 
-def cpu_preset(spec, num_features: int = 0):
-    """The model's config and feature width at its ``cpu`` preset."""
+def feature_width(spec) -> int:
+    """The features the model reads at its ``cpu`` preset: its mel bins, else its extractor's
+    default width."""
     from asrkit import plugins
-    from asrkit.settings import override
 
-    config = spec.Config()
-    width = num_features
-    for key, value in spec.presets["cpu"].items():
-        if key.startswith("model."):
-            config = override(config, key.removeprefix("model."), value)
-        if key == "features.num_mel_bins":
-            width = int(value)
-    if not width:
-        extractor = plugins.get("feature", spec.features)
-        width = extractor.num_features(extractor.Config())
-    return config, width
-
-
-def measure(step, steps: int) -> float:
-    step()  # compile
-    step()
-    times = []
-    for _ in range(steps):
-        began = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
+    bins = spec.presets["cpu"].get("features.num_mel_bins")
+    if bins:
+        return int(bins)
+    extractor = plugins.get("feature", spec.features)
+    return extractor.num_features(extractor.Config())
 
 
 def main() -> None:
@@ -68,47 +53,34 @@ def main() -> None:
     args = parser.parse_args()
 
     import keras
-    import numpy as np
     import tensorflow as tf
 
     from asrkit import plugins
-    from asrkit.train.config import TrainConfig
-    from asrkit.train.engine import make_optimizer, make_train_step
     from asrkit.train.precision import AMX_FLAG, cpu_flags, policy
 
-    print(f"CPU with AMX-BF16: {AMX_FLAG in cpu_flags()}; batch {args.batch} x "
+    print(f"CPU with AMX-BF16: {AMX_FLAG in cpu_flags()}; batch {args.batch} x up to "
           f"{args.seconds:g} s; median of {args.steps} steps\n")
     print(f"{'model':10s} {'precision':15s} {'s/step':>8s} {'audio s/s':>10s} {'speed-up':>9s}")
     rows = []
     strategy = tf.distribute.get_strategy()
     for name in args.models.split(","):
         spec = plugins.get("model", name)
-        config, width = cpu_preset(spec)
+        config = preset_sizes(spec)
         frames = int(args.seconds * 100)
-        labels = frames // (6 * spec.time_stride(config))
-        rng = np.random.default_rng(0)
-        batch = {
-            "features": tf.constant(rng.normal(size=(args.batch, frames, width))
-                                    .astype(np.float32)),
-            "feature_lengths": tf.fill([args.batch], frames),
-            "labels": tf.constant(rng.integers(0, 28, size=(args.batch, labels),
-                                               dtype=np.int32)),
-            "label_lengths": tf.fill([args.batch], labels),
-        }
+        batch = make_batch(args.batch, frames, feature_width(spec),
+                           frames // (6 * spec.time_stride(config)))
+        audio = float(tf.reduce_sum(batch["feature_lengths"])) / 100
         seconds = {}
-        for precision in PRECISIONS:
+        for precision in COMPARED:
             keras.utils.set_random_seed(0)
             with policy(precision):
-                model = spec.build(config, width, 29)
-            optimizer = make_optimizer(TrainConfig())
-            optimizer.build(model.trainable_variables)
-            step = make_train_step(strategy, model, optimizer, spec, config)
-            seconds[precision] = measure(lambda step=step, batch=batch: step(batch).numpy(),
-                                         args.steps)
-        base = seconds["float32"]
+                model = spec.build(config, feature_width(spec), 29)
+            seconds[precision], _ = measure_step(strategy, model, spec, config, batch,
+                                                 args.steps)
+        base = seconds[COMPARED[0]]
         for precision, value in seconds.items():
             row = {"model": name, "precision": precision, "seconds_per_step": round(value, 3),
-                   "audio_seconds_per_second": round(args.batch * args.seconds / value, 1),
+                   "audio_seconds_per_second": round(audio / value, 1),
                    "speedup": round(base / value, 2)}
             rows.append(row)
             print(f"{name:10s} {precision:15s} {value:8.3f} "

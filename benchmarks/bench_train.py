@@ -159,6 +159,17 @@ def hand_written_step(model, learning_rate: float = 1e-3):
     return step
 
 
+def preset_sizes(spec, preset: str = "cpu"):
+    """The model's ``Config`` with the ``model.`` settings of one of its presets."""
+    from asrkit.settings import override
+
+    config = spec.Config()
+    for key, value in spec.presets[preset].items():
+        if key.startswith("model."):
+            config = override(config, key.removeprefix("model."), value)
+    return config
+
+
 def measure(step, steps: int) -> float:
     step()  # compile
     times = []
@@ -192,14 +203,10 @@ def main() -> None:
                                                         n_cell=args.n_hidden), 26
         plain_network, size = plain_keras_brnn, f"n_hidden={args.n_hidden}"
     else:
-        from asrkit.models.conformer import Conformer, ConformerConfig
-        from asrkit.settings import override
+        from asrkit.models.conformer import Conformer
 
         spec, num_features = Conformer(), 40
-        config = ConformerConfig()
-        for key, value in spec.presets["cpu"].items():  # the sizes of its cpu preset
-            if key.startswith("model."):
-                config = override(config, key.removeprefix("model."), value)
+        config = preset_sizes(spec)
         plain_network = plain_keras_conformer
         size = f"d_model={config.d_model} x {config.num_blocks} blocks"
     name = spec.name

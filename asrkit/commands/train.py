@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from asrkit.train.precision import PRECISIONS
+
 
 @click.command("train")
 @click.option("--model", "-m", default=None, help="Registered model name [default: brnn].")
@@ -20,8 +22,7 @@ import click
 @click.option("--devices", default=None,
               help="Devices as towers: every GPU by default (the CPU if none), 'cpu', or GPU "
                    "indices '0,1'.")
-@click.option("--precision", type=click.Choice(["auto", "float32", "mixed_float16",
-                                                "mixed_bfloat16"]), default=None,
+@click.option("--precision", type=click.Choice(PRECISIONS), default=None,
               help="float32, 16-bit products (mixed_float16 for GPUs, mixed_bfloat16 for CPUs "
                    "with AMX), or auto: bfloat16 where the CPU has it in hardware [default: auto].")
 @click.option("--seed", type=int, default=None, help="Seed of data order and initialisation.")
