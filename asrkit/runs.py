@@ -113,11 +113,13 @@ class Run:
 
         self.folder.mkdir(parents=True, exist_ok=True)
         width = self.feature_width or self.num_features()
-        write_json(self.folder / "config.json", {**self.to_json(), "num_features": width})
         write_json(self.folder / "plugins.json", get_plugins().as_json())
         self.alphabet.save(self.folder / "alphabet.txt")
         if self.tokenizer_file is not None:
             self.tokenizer_file.save_in(self.folder)
+        # Last: config.json marks a complete run folder (a watcher started with the training
+        # waits for it, then loads the rest).
+        write_json(self.folder / "config.json", {**self.to_json(), "num_features": width})
 
 
 def next_run_folder(model: str, root: Path = Path("runs")) -> Path:
