@@ -116,3 +116,26 @@ def folder_lock(folder: str | Path, purpose: str,
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         os.close(descriptor)
+
+
+def lock_held(folder: str | Path) -> bool:
+    """Whether a live process holds ``folder``'s lock. Read without taking it (taking it, even
+    for a moment, could refuse an owner that starts then): the lock file exists only while its
+    owner lives, unless the owner was killed with SIGKILL; then, on this host, its pid is gone.
+    A lock of another host is taken to be alive."""
+    path = lock_path(folder)
+    try:
+        owner = json.loads(path.read_text() or "{}")
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True  # being written
+    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(owner.get("pid", 0)), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, TypeError):
+        return True
+    return True

@@ -9,9 +9,12 @@ Two threads. The *snapshot* thread reads the run's checkpoint pointers (``latest
 ``best.json``) every :data:`SNAPSHOT_SECONDS` and hard-links the files of each new checkpoint into
 ``RUN/watch/pending/``: the trainer keeps only the checkpoints its pointers name and deletes the
 others at its next save, but a hard link keeps the data until the watcher has scored it, however
-slow the scoring. The main thread scores the snapshots in step order and then deletes them. A
-checkpoint deleted between its pointer's reading and the link is skipped with a note (a line in
-``evaluations.jsonl`` too, so that it is not looked for again).
+slow the scoring. While a watcher holds its lock, the trainer also links each checkpoint it saves
+into ``pending`` itself (:func:`asrkit.train.snapshots.hand_over`) before deleting older ones,
+so that no checkpoint is missed between two polls. The main thread scores the snapshots in step
+order and then deletes them. A checkpoint deleted between its pointer's reading and the link
+(one saved before the watcher started) is skipped with a note (a line in ``evaluations.jsonl``
+too, so that it is not looked for again).
 
 What a watcher writes into the run::
 
@@ -43,7 +46,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -53,16 +55,18 @@ from typing import Any
 
 from asrkit.errors import AsrkitError
 from asrkit.files import sync_folder, write_atomic
-from asrkit.locks import folder_lock, lock_path
+from asrkit.locks import folder_lock, lock_held
 from asrkit.runs import WATCH_METRICS
+from asrkit.train.snapshots import (
+    PENDING,
+    SNAPSHOT_STATE,
+    STAGING,
+    WATCH_FOLDER,
+    link_or_copy,
+    link_snapshot,
+)
 
 EVALUATIONS = "evaluations.jsonl"
-WATCH_FOLDER = "watch"
-PENDING = "pending"
-#: Prefix of a snapshot being linked (a kill can leave one; the next watcher removes it).
-STAGING = "linking-"
-#: Marks a complete snapshot; written after every file is linked.
-SNAPSHOT_STATE = "state.json"
 METRICS = WATCH_METRICS
 #: How often the snapshot thread reads the pointers: well below the time a training takes to
 #: write two checkpoints, so that it sees each of them.
@@ -72,26 +76,8 @@ POLL_SECONDS = 1.0
 
 
 def training_running(run_folder: Path) -> bool:
-    """Whether a training holds the run's lock. Read without taking it (taking it, even for a
-    moment, could refuse a training that starts then): the lock file exists only while its
-    owner lives, unless the owner was killed with SIGKILL; then, on this host, its pid is gone.
-    A lock of another host is taken to be alive."""
-    path = lock_path(run_folder)
-    try:
-        owner = json.loads(path.read_text() or "{}")
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError):
-        return True  # being written
-    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname():
-        return True
-    try:
-        os.kill(int(owner.get("pid", 0)), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, TypeError):
-        return True
-    return True
+    """Whether a training holds the run's lock (:func:`asrkit.locks.lock_held`)."""
+    return lock_held(run_folder)
 
 
 def decoder_label(decoder: str, settings: Sequence[str]) -> str:
@@ -99,15 +85,6 @@ def decoder_label(decoder: str, settings: Sequence[str]) -> str:
     folder names."""
     parts = [decoder, *(s.removeprefix("decoder.") for s in settings)]
     return re.sub(r"[^A-Za-z0-9_.=,-]", "_", "-".join(parts))
-
-
-def link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError as error:
-        if isinstance(error, FileNotFoundError):
-            raise
-        shutil.copy2(source, target)
 
 
 @dataclass
@@ -198,26 +175,13 @@ class Watcher:
         """Hard-link the checkpoint folder ``name`` into ``watch/pending``; None, with a note,
         when the trainer has deleted it meanwhile."""
         step = int(state.get("global_step", -1))
-        source = self.checkpoints / name
-        staging = self.pending / f"{STAGING}{name}"  # renamed to ``name`` once complete
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
         try:
-            files = [p for p in source.iterdir() if p.is_file()]
-            if not any(p.name == "ckpt.index" for p in files):
-                raise FileNotFoundError(source / "ckpt.index")
-            for path in files:
-                link_or_copy(path, staging / path.name)
+            folder = link_snapshot(self.checkpoints, self.pending, name, state)
         except FileNotFoundError:
-            shutil.rmtree(staging, ignore_errors=True)
             self._skip(step, f"the training deleted it ({name}) before it could be read; a "
                              "newer checkpoint replaced it")
             return None
-        write_atomic(staging / SNAPSHOT_STATE, json.dumps(state) + "\n")
-        target = self.pending / name
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(staging, target)
-        return Snapshot(target, step, state)
+        return Snapshot(folder, step, state)
 
     def _take_new(self) -> None:
         for kind in ("latest", "best"):

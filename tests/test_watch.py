@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +34,13 @@ def start(args: list[str], home: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.02)
+
+
 def test_a_watcher_beside_a_training_scores_every_checkpoint_once(home, asrkit_cli, tmp_path):
     import tensorflow as tf
 
@@ -42,14 +50,16 @@ def test_a_watcher_beside_a_training_scores_every_checkpoint_once(home, asrkit_c
                      "evaluate_dev=false", "-o", "checkpoint_steps=2", "--run-dir", str(run),
                      "--no-progress"], home)
     try:
-        deadline = time.monotonic() + 120
-        while not (run.exists() or run.with_name("run.lock").exists()):
-            assert trainer.poll() is None and time.monotonic() < deadline, trainer.communicate()
-            time.sleep(0.05)
-        run.mkdir(exist_ok=True)  # the training creates it a moment later
+        # The training is paused from its config's writing (long before its first step) until
+        # the watcher holds its lock: from then on, every checkpoint must reach the watcher,
+        # however fast the saves follow each other.
+        wait_for(run / "config.json", trainer)
+        trainer.send_signal(signal.SIGSTOP)
         watcher = start(["evaluate", str(run), "--watch", "--split", "dev", "--split", "test",
                          "--no-progress"], home)
         try:
+            wait_for(run / "watch.lock", watcher)
+            trainer.send_signal(signal.SIGCONT)
             _, trainer_err = trainer.communicate(timeout=240)
             out, err = watcher.communicate(timeout=240)
         finally:
@@ -153,3 +163,41 @@ def test_a_checkpoint_deleted_before_the_watcher_reads_it_is_skipped(tmp_path):
     checkpoints.save("latest", 10, {"global_step": 10})
     assert not (folder / "checkpoints" / latest["folder"]).exists()
     assert [s.step for s in Watcher(folder, ["dev"])._pending()] == [9]
+
+
+def test_the_trainer_hands_each_checkpoint_to_a_running_watcher(tmp_path):
+    """With a watcher's lock held, each save links the new checkpoint into ``watch/pending``
+    before the older one is deleted, so that saves faster than the watcher's poll lose nothing;
+    with none, a save leaves no trace there."""
+    from functools import partial
+
+    from asrkit.locks import folder_lock
+    from asrkit.runs import load_run
+    from asrkit.train.checkpoints import Checkpoints
+    from asrkit.train.snapshots import hand_over
+    from asrkit.watch import Watcher
+    from tests.test_transcribe import make_tiny_run
+
+    folder = make_tiny_run(tmp_path / "run")
+    run = load_run(folder)
+    model = run.spec.build(run.model_config, 26, run.alphabet.num_classes)
+    checkpoints = Checkpoints(folder / "checkpoints", on_saved=partial(hand_over, folder),
+                              model=model)
+    checkpoints.save("latest", 1, {"global_step": 1})
+    assert not (folder / "watch").exists()  # no watcher: nothing handed over
+    with folder_lock(folder / "watch", "watch"):
+        for step in (2, 3, 4):
+            checkpoints.save("latest", step, {"global_step": step})
+        pending = Watcher(folder, ["dev"])._pending()
+    assert [s.step for s in pending] == [2, 3, 4]
+    # The older latest ones are deleted (the tiny run's best stays).
+    assert [p.name[:21] for p in (folder / "checkpoints").glob("ckpt-*-latest-*")] == [
+        "ckpt-000000004-latest"]
+    for snapshot in pending:
+        assert snapshot.state == {"global_step": snapshot.step}
+        assert (snapshot.folder / "ckpt.index").stat().st_nlink >= 1
+    # The watcher's own poll of the same checkpoint keeps the snapshot that is there.
+    latest = json.loads((folder / "checkpoints/latest.json").read_text())
+    assert Watcher(folder, ["dev"]).snapshot(latest["folder"], latest["state"]).step == 4
+    assert [s.step for s in Watcher(folder, ["dev"])._pending()] == [2, 3, 4]
+    assert not list((folder / "watch/pending").glob("linking-*"))

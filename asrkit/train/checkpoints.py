@@ -19,6 +19,7 @@ import os
 import secrets
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,9 @@ def _sync_tree(folder: Path) -> None:
 
 
 class Checkpoints:
-    def __init__(self, folder: Path, keep: int = 0, **trackables: Any) -> None:
+    def __init__(self, folder: Path, keep: int = 0,
+                 on_saved: Callable[[str, dict[str, Any]], None] | None = None,
+                 **trackables: Any) -> None:
         import tensorflow as tf
 
         model = trackables.get("model")
@@ -81,6 +84,9 @@ class Checkpoints:
         self.saves = 0
         #: How many of the newest ``latest`` saves to keep in :data:`HISTORY`.
         self.keep = keep
+        #: Called with each new folder's name and state once its pointer names it, before the
+        #: folders no pointer names are removed (the trainer hands checkpoints to a watcher).
+        self.on_saved = on_saved
 
     def _pointer(self, kind: str) -> Path:
         return self.folder / f"{kind}.json"
@@ -104,6 +110,8 @@ class Checkpoints:
         _fault_point("switched", self.saves)
         if kind == "latest" and self.keep:
             self._remember(name, step)
+        if self.on_saved is not None:
+            self.on_saved(name, state)
         self._clean()
         _fault_point("cleaned", self.saves)
 

@@ -26,6 +26,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, fields, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
@@ -41,6 +42,7 @@ from asrkit.train.ema import WeightAverage
 from asrkit.train.growth import Growth, carry_over, saved_model_config
 from asrkit.train.precision import choose_precision, policy
 from asrkit.train.progress import RunProgress
+from asrkit.train.snapshots import hand_over
 from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy, uses_gpus
 
 if TYPE_CHECKING:  # the engine is given a run; loading and saving runs is asrkit.runs's
@@ -184,6 +186,7 @@ class Trainer:
                     if self.config.ema_decay else None)
         self.checkpoints = Checkpoints(self.run.folder / "checkpoints",
                                        self.config.keep_checkpoints,
+                                       on_saved=partial(hand_over, self.run.folder),
                                        model=self.model, optimizer=self.optimizer,
                                        **({"ema": self.ema.trackable} if self.ema else {}))
         self.train_step: Any = None  # compiled for the batches' structure on first use
