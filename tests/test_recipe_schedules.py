@@ -75,10 +75,37 @@ def test_a_time_budget_horizon_leaves_out_the_compiling_steps(monkeypatch):
     spent = 20.0 * schedules.PROBE_FROM + schedules.PROBE_STEPS
     assert state.schedule_steps == pytest.approx(
         schedules.PROBE_FROM + schedules.PROBE_STEPS + 600 - spent, abs=2)
-    steps = state.schedule_steps  # kept from then on, however the speed changes
+    # A resumed process keeps the horizon its run estimated, however fast it goes.
+    steps = state.schedule_steps
+    resumed = schedules.Schedule(config, batches_per_epoch=10_000)
     clock[0] += 500
-    schedule.rate(state)
+    resumed.rate(state)
     assert state.schedule_steps == steps
+
+
+def test_a_time_budget_horizon_counts_the_dev_evaluations(monkeypatch):
+    """Updates take 1 s and a 60 s dev evaluation follows every 300 (a 30-minute ds2 run has
+    nine): the horizon, estimated again at every update, ends where the budget ends, so the
+    rate reaches its floor then. Estimated once from the first updates' speed it was 21 % long
+    in such a run."""
+    clock = [1000.0]
+    monkeypatch.setattr(schedules.time, "monotonic", lambda: clock[0])
+    config = TrainConfig(lr_schedule="cosine", epochs=1000, max_minutes=60, lr_floor=0.0)
+    schedule = schedules.Schedule(config, batches_per_epoch=300)
+    started, state = clock[0], LoopState()
+    horizons = []
+    while clock[0] - started <= config.max_minutes * 60:  # the engine's stop
+        schedule.rate(state)
+        horizons.append(state.schedule_steps)
+        clock[0] += 20.0 if state.global_step < schedules.PROBE_FROM else 1.0
+        state.global_step += 1
+        if state.global_step % 300 == 0:
+            clock[0] += 60.0
+    first = next(h for h in horizons if h)
+    assert first > 1.15 * state.global_step  # what the speed without evaluations promises
+    assert state.schedule_steps == pytest.approx(state.global_step, rel=0.02)
+    assert rate(config, state.global_step - 1, schedule_steps=state.schedule_steps) < (
+        0.01 * config.learning_rate)
 
 
 def test_noam_follows_its_formula():
