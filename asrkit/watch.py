@@ -75,11 +75,6 @@ SNAPSHOT_SECONDS = 0.1
 POLL_SECONDS = 1.0
 
 
-def training_running(run_folder: Path) -> bool:
-    """Whether a training holds the run's lock (:func:`asrkit.locks.lock_held`)."""
-    return lock_held(run_folder)
-
-
 def decoder_label(decoder: str, settings: Sequence[str]) -> str:
     """``greedy``, ``beam-beam_width=100``: names a decoder with its settings in keys and
     folder names."""
@@ -196,7 +191,7 @@ class Watcher:
 
     def _finished(self) -> bool:
         """Whether no training runs, the latest checkpoint says it finished, and it is taken."""
-        running = training_running(self.folder)  # before reading the pointers: see below
+        running = lock_held(self.folder)  # a training's; before reading the pointers
         self._take_new()  # a pointer written before the training let go of its lock is seen
         if running:
             return False
@@ -410,7 +405,7 @@ def watch_run(folder: str | Path, splits: Sequence[str] = (), decoder: str | Non
     it, then :meth:`Watcher.run_until_finished`."""
     folder = Path(folder)
     while not (folder / "config.json").exists():
-        if not training_running(folder):
+        if not lock_held(folder):
             raise AsrkitError(f"{folder} is not a run directory (no config.json), and no "
                               "training is writing it")
         time.sleep(POLL_SECONDS)
