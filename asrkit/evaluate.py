@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,21 +108,41 @@ def make_predict(model: Any, spec: Any, model_config: Any, num_features: int) ->
     return predict
 
 
-def evaluate_dataset(predict: Any, batches: Any, decoder: Any, alphabet: Any, split: str,
-                     progress: bool = True) -> Evaluation:
-    """Decode and score every batch of ``batches`` (a pipeline with ``with_text=True``)."""
-    results = []
-    bar = tqdm(desc=f"evaluate {split}", unit="utt", disable=not progress, leave=False)
+@dataclass
+class BatchOutputs:
+    """A model's outputs on one batch: what a decoder reads, with what scoring needs."""
+
+    ids: list[str]
+    references: list[str]
+    logits: Any  # numpy [batch, time, classes]
+    lengths: Any  # numpy [batch]
+    losses: Any  # numpy [batch], the CTC loss of each utterance
+
+
+def model_outputs(predict: Any, batches: Any) -> Iterator[BatchOutputs]:
+    """Run the model over ``batches`` (a pipeline with ``with_text=True``), one batch at a
+    time; kept (``list(...)``) they can be decoded by several decoders without running the
+    model again (:mod:`asrkit.decoder_search`)."""
     for batch in batches:
         logits, out_lengths, losses = predict(batch["features"], batch["feature_lengths"],
                                               batch["labels"], batch["label_lengths"])
-        hypotheses = decoder.decode(logits.numpy(), out_lengths.numpy(), alphabet)
-        ids = [i.decode() for i in batch["ids"].numpy()]
-        references = [t.decode() for t in batch["transcripts"].numpy()]
-        for uid, ref, hyp, loss in zip(ids, references, hypotheses, losses.numpy(), strict=True):
+        yield BatchOutputs([i.decode() for i in batch["ids"].numpy()],
+                           [t.decode() for t in batch["transcripts"].numpy()],
+                           logits.numpy(), out_lengths.numpy(), losses.numpy())
+
+
+def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Any, alphabet: Any, split: str,
+                   progress: bool = True) -> Evaluation:
+    """Decode and score the model's outputs on every batch of a split."""
+    results = []
+    bar = tqdm(desc=f"evaluate {split}", unit="utt", disable=not progress, leave=False)
+    for out in outputs:
+        hypotheses = decoder.decode(out.logits, out.lengths, alphabet)
+        for uid, ref, hyp, loss in zip(out.ids, out.references, hypotheses, out.losses,
+                                       strict=True):
             s = score(ref, hyp)
             results.append(UtteranceResult(uid, ref, hyp, float(loss), s.wer, s.cer))
-        bar.update(len(ids))
+        bar.update(len(out.ids))
     bar.close()
     results.sort(key=lambda u: u.id)
     finite = [u.loss for u in results if math.isfinite(u.loss)]
@@ -130,6 +150,12 @@ def evaluate_dataset(predict: Any, batches: Any, decoder: Any, alphabet: Any, sp
     settings, changed = describe_decoder(decoder)
     return Evaluation(split, decoder.name, sum(finite) / max(1, len(finite)), total, results,
                       decoder_settings=settings, decoder_changed=changed)
+
+
+def evaluate_dataset(predict: Any, batches: Any, decoder: Any, alphabet: Any, split: str,
+                     progress: bool = True) -> Evaluation:
+    """Decode and score every batch of ``batches`` (a pipeline with ``with_text=True``)."""
+    return decode_outputs(model_outputs(predict, batches), decoder, alphabet, split, progress)
 
 
 def describe_decoder(decoder: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -159,42 +185,67 @@ def choose_decoder(run: Any, name: str | None, settings: Sequence[str]) -> Any:
     return configure(decoder, pairs)
 
 
-def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | None = None,
-                 checkpoint: str = "best", progress: bool = True,
-                 decoder_settings: Sequence[str] = ()) -> Evaluation:
-    """Evaluate a saved run's checkpoint (``best``, else ``latest``) on ``split``."""
-    import tensorflow as tf
+@dataclass
+class SplitModel:
+    """A run's checkpoint ready to run over a split: what every evaluation starts from."""
 
+    run: Any
+    split: str
+    predict: Any
+    batches: Any
+    #: Which weights, as :attr:`Evaluation.checkpoint` reports them.
+    checkpoint: dict[str, Any]
+
+    def outputs(self) -> Iterator[BatchOutputs]:
+        """The model's outputs batch by batch; a damaged dataset file is a one-line error."""
+        import tensorflow as tf
+
+        from asrkit.data.shards import damaged_dataset_error
+
+        try:
+            yield from model_outputs(self.predict, self.batches)
+        except tf.errors.DataLossError:
+            error = damaged_dataset_error(self.run.dataset)
+            if error is None:
+                raise
+            raise error from None
+
+
+def load_split_model(folder: str | Path, split: str, checkpoint: str = "best") -> SplitModel:
+    """Load a saved run's checkpoint (``best``, else ``latest``; ``averaged``; ``best-by-METRIC``)
+    and the pipeline of ``split``, warning when an older best hides a newer unscored latest."""
     from asrkit.data.pipeline import make_dataset
-    from asrkit.data.shards import damaged_dataset_error
-    from asrkit.decoders import try_decoder
-    from asrkit.runs import load_run, load_run_model
+    from asrkit.runs import load_run_model
 
-    # The decoder first: a bad setting, or a file it needs and lacks, is said before the
-    # model loads.
-    run = load_run(folder)
-    decoder = choose_decoder(run, decoder_name, decoder_settings)
-    try_decoder(decoder, run.labels)
     run, model, state = load_run_model(folder, checkpoint)
-    spec, extractor = run.spec, run.extractor
     if checkpoint in ("best", "latest"):
         scored = warn_if_latest_unscored(run.folder, state)
     else:  # averaged, or best-by-METRIC of a watcher
         scored = {"kind": checkpoint, "step": state["global_step"]}
         if "averaged_steps" in state:
             scored["averaged_steps"] = state["averaged_steps"]
-    batches = make_dataset(run.dataset, split, run.labels, extractor, run.feature_config,
+    batches = make_dataset(run.dataset, split, run.labels, run.extractor, run.feature_config,
                            run.pipeline.for_evaluation())
-    predict = make_predict(model, spec, run.model_config,
-                           extractor.num_features(run.feature_config))
-    try:
-        evaluation = evaluate_dataset(predict, batches, decoder, run.labels, split, progress)
-    except tf.errors.DataLossError:
-        error = damaged_dataset_error(run.dataset)
-        if error is None:
-            raise
-        raise error from None
-    evaluation.checkpoint = scored
+    predict = make_predict(model, run.spec, run.model_config,
+                           run.extractor.num_features(run.feature_config))
+    return SplitModel(run, split, predict, batches, scored)
+
+
+def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | None = None,
+                 checkpoint: str = "best", progress: bool = True,
+                 decoder_settings: Sequence[str] = ()) -> Evaluation:
+    """Evaluate a saved run's checkpoint (``best``, else ``latest``) on ``split``."""
+    from asrkit.decoders import try_decoder
+    from asrkit.runs import load_run
+
+    # The decoder first: a bad setting, or a file it needs and lacks, is said before the
+    # model loads.
+    run = load_run(folder)
+    decoder = choose_decoder(run, decoder_name, decoder_settings)
+    try_decoder(decoder, run.labels)
+    loaded = load_split_model(folder, split, checkpoint)
+    evaluation = decode_outputs(loaded.outputs(), decoder, loaded.run.labels, split, progress)
+    evaluation.checkpoint = loaded.checkpoint
     return evaluation
 
 

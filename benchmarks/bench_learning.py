@@ -19,7 +19,9 @@ seconds per step, at each time. Needs espeak-ng, flite, fortunes and sox (script
 ``--lm`` also scores each test set with the ``kenlm`` decoder and a 3-gram word model built
 (``asrkit lm build``) from every ``fortunes`` sentence except the dev and test ones: text the
 acoustic model never heard, holding most of the held-out words in other sentences, as a real
-LM corpus would (columns "+ LM").
+LM corpus would: once with the decoder's default weights (columns "+ LM"), once with ``alpha``
+and ``beta`` chosen on the dev split by ``asrkit evaluate --grid`` (columns "+ tuned LM"; the
+choice is in ``RUN/dev-lm-search.json``).
 
 ``--variant "aug:pipeline.speed_factors=0.9,1.0,1.1;pipeline.time_masks=2"`` adds a run of each
 model with extra ``-o`` settings (e.g. augmentation) beside the default one, in the same table.
@@ -60,12 +62,30 @@ def train(run: Path, model: str, minutes: float, settings: list[str]) -> None:
            *options, quiet=False)
 
 
+#: The LM weights the dev split chooses from (``asrkit evaluate --grid``).
+LM_GRID = ("decoder.alpha=0.25,0.5,0.75,1,1.25,1.5,2", "decoder.beta=0,1,2,3,4")
+
+
+def tune_lm(run: Path, lm: Path) -> list[str]:
+    """The kenlm settings best by WER on the dev split, as ``-o`` options."""
+    target = run / "dev-lm-search.json"
+    asrkit("evaluate", str(run), "--split", "dev", "--checkpoint", "latest", "--decoder",
+           "kenlm", "-o", f"decoder.lm={lm}", *(a for g in LM_GRID for a in ("--grid", g)),
+           "--json", str(target), "--no-progress")
+    best = json.loads(target.read_text())["best"]
+    print(f"LM weights chosen on dev: {' '.join(best['options'])} (dev WER {best['wer']:.1%}, "
+          f"CER {best['cer']:.1%})", flush=True)
+    return [item for option in best["options"] for item in option.split(" ", 1)]
+
+
 def score(run: Path, lm: Path | None) -> dict[str, dict[str, float]]:
     """CER and WER of the final weights on each test set, greedy (``test``) and, given an LM,
-    with the kenlm decoder and its default weights (``test+lm``)."""
+    with the kenlm decoder at its default weights (``test+lm``) and at those chosen on dev
+    (``test+tuned-lm``)."""
     decoders = {"": []}
     if lm:
         decoders["+lm"] = ["--decoder", "kenlm", "-o", f"decoder.lm={lm}"]
+        decoders["+tuned-lm"] = decoders["+lm"] + tune_lm(run, lm)
     results = {}
     for split in TEST_SETS:
         for suffix, options in decoders.items():
@@ -155,9 +175,13 @@ def main() -> None:
     print("\n" + table(results))
 
 
+#: Decodings of each test set, in the table's order, and their column names.
+DECODINGS = {"": "", "+lm": " + LM", "+tuned-lm": " + tuned LM"}
+
+
 def scored(row: dict) -> list[str]:
     """The row's test sets, greedy first, then with the LM where it was scored."""
-    return [s for s in TEST_SETS if s in row] + [s + "+lm" for s in TEST_SETS if s + "+lm" in row]
+    return [s + d for d in DECODINGS for s in TEST_SETS if s + d in row]
 
 
 def line(row: dict) -> str:
@@ -167,10 +191,15 @@ def line(row: dict) -> str:
             f"min, {row['steps']} steps: {sets}; dev CER by step {dev}")
 
 
+def column_name(key: str) -> str:
+    split, plus, decoding = key.partition("+")
+    return split + DECODINGS[plus + decoding]
+
+
 def table(results: list[dict]) -> str:
     columns = max((scored(r) for r in results), key=len)
     head = ("| model | variant | minutes | steps | s/step | "
-            + " | ".join(f"{s.replace('+lm', ' + LM')} CER / WER" for s in columns) + " |")
+            + " | ".join(f"{column_name(s)} CER / WER" for s in columns) + " |")
     rows = [head, "|" + "---|" * (5 + len(columns))]
     for r in results:
         cells = [r["model"], r["variant"], f"{r['minutes']:g}", str(r["steps"]),

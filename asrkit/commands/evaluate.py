@@ -1,10 +1,12 @@
-"""``asrkit evaluate``: score a run's checkpoint on a split (:mod:`asrkit.evaluate`), or every
-checkpoint of a training as it is written (``--watch``, :mod:`asrkit.watch`)."""
+"""``asrkit evaluate``: score a run's checkpoint on a split (:mod:`asrkit.evaluate`), every
+checkpoint of a training as it is written (``--watch``, :mod:`asrkit.watch`), or a grid of
+decoder settings to choose them on dev (``--grid``, :mod:`asrkit.decoder_search`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -29,17 +31,24 @@ from asrkit.runs import CHECKPOINTS
 @click.option("--watch", is_flag=True,
               help="Score every checkpoint of the training as it is written, until the "
                    "training has finished (docs/training.md).")
+@click.option("--grid", "grid", multiple=True, metavar="decoder.KEY=V1,V2,...",
+              help="Score every combination of these decoder settings' values (repeatable) "
+                   "and report the best, e.g. --grid decoder.alpha=0.5,1,1.5 on the dev split.")
 @click.option("--best-by", type=click.Choice(["wer", "cer", "loss"]), default="wer",
               show_default=True, help="With --watch: keep the checkpoint best by this metric "
-                                      "on the first split as RUN/watch/best-by-METRIC.")
+                                      "on the first split as RUN/watch/best-by-METRIC; with "
+                                      "--grid: choose the settings by it (wer or cer).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, checkpoint: str,
                      json_file: Path | None, settings: tuple[str, ...], watch: bool,
-                     best_by: str, no_progress: bool) -> None:
+                     grid: tuple[str, ...], best_by: str, no_progress: bool) -> None:
     """Corpus WER and CER of a trained run on a split, with best, median and worst samples."""
     from asrkit.errors import AsrkitError
     from asrkit.evaluate import evaluate_run
 
+    if watch and grid:
+        raise AsrkitError("--watch scores checkpoints with one decoder; --grid searches "
+                          "decoder settings on one checkpoint: give one of them")
     if watch:
         from asrkit.watch import watch_run
 
@@ -50,11 +59,23 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
     if len(splits) > 1:
         raise AsrkitError("one --split at a time, or several with --watch")
     split = splits[0] if splits else "test"
+    if grid:
+        from asrkit.decoder_search import parse_grid, search_decoder
+
+        search = search_decoder(run, split, parse_grid(grid), decoder, settings, checkpoint,
+                                best_by, progress=not no_progress)
+        _show(search, json_file)
+        return
     evaluation = evaluate_run(run, split, decoder, checkpoint, progress=not no_progress,
                               decoder_settings=settings)
+    _show(evaluation, json_file)
+
+
+def _show(result: Any, json_file: Path | None) -> None:
+    """Print ``result``'s text, and write its JSON to ``json_file`` (``-``: print only it)."""
     if json_file is not None and str(json_file) == "-":
-        click.echo(json.dumps(evaluation.to_json(), indent=2))
+        click.echo(json.dumps(result.to_json(), indent=2))
         return
-    click.echo(evaluation.text())
+    click.echo(result.text())
     if json_file is not None:
-        json_file.write_text(json.dumps(evaluation.to_json(), indent=2) + "\n")
+        json_file.write_text(json.dumps(result.to_json(), indent=2) + "\n")
