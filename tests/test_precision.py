@@ -17,10 +17,13 @@ TINY_DS2 = ["model.conv_channels=4", "model.rnn_units=16", "model.rnn_layers=1",
             "features.num_mel_bins=20"]
 
 
-def test_auto_picks_bfloat16_on_a_cpu_with_amx_and_float32_elsewhere(monkeypatch):
+def test_auto_picks_bfloat16_on_a_cpu_that_multiplies_it_and_float32_elsewhere(monkeypatch):
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
-    assert choose_precision("auto", False, {"avx2", AMX_FLAG})[0] == "mixed_bfloat16"
-    assert choose_precision("auto", False, {"avx2", "avx512_bf16"})[0] == "float32"
+    precision, why = choose_precision("auto", False, {"avx2", AMX_FLAG, "avx512_bf16"})
+    assert precision == "mixed_bfloat16" and "AMX" in why
+    precision, why = choose_precision("auto", False, {"avx2", "avx512_bf16"})
+    assert precision == "mixed_bfloat16" and "AVX512-BF16" in why
+    assert choose_precision("auto", False, {"avx2", "avx512f"})[0] == "float32"
     assert choose_precision("auto", True, {AMX_FLAG})[0] == "float32"  # GPUs: the user's choice
     assert choose_precision("mixed_float16", False, set()) == (
         "mixed_float16", "precision=mixed_float16")

@@ -24,7 +24,8 @@ from asrkit.train.precision import PRECISIONS
                    "indices '0,1'.")
 @click.option("--precision", type=click.Choice(PRECISIONS), default=None,
               help="float32, 16-bit products (mixed_float16 for GPUs, mixed_bfloat16 for CPUs "
-                   "with AMX), or auto: bfloat16 where the CPU has it in hardware [default: auto].")
+                   "with AMX or AVX512-BF16), or auto: bfloat16 where the CPU has it in hardware "
+                   "[default: auto].")
 @click.option("--seed", type=int, default=None, help="Seed of data order and initialisation.")
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
               help="Run folder [default: runs/<model>-<n>].")

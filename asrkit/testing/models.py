@@ -16,8 +16,8 @@ A plugin author calls them from their own tests (the fixtures come with asrkit's
   (the padding filled with noise, so anything that reads it shows), which is what makes a
   batched ``asrkit evaluate`` and a one-file ``asrkit transcribe`` agree;
 - :func:`check_precision`: the model builds under bfloat16 mixed precision (what
-  ``precision=auto`` picks on CPUs with AMX) with float32 weights, logits close to float32's
-  and CTC gradients for every weight;
+  ``precision=auto`` picks on CPUs with AMX or AVX512-BF16) with float32 weights, logits close
+  to float32's and CTC gradients for every weight;
 - :func:`check_training`: ``asrkit train`` runs a few steps with finite, changing losses;
 - :func:`check_export`: ``asrkit export`` (SavedModel, TFLite) gives the model's own logits.
 

@@ -86,8 +86,8 @@ class TrainConfig:
         "'' (every GPU, else the CPU), 'cpu', GPU indices such as '0,1', or device names "
         "such as '/cpu:0,/cpu:1'"))
     #: The arithmetic of training: ``float32``, ``mixed_float16`` (GPUs), ``mixed_bfloat16``
-    #: (CPUs with AMX), or ``auto``: bfloat16 on a CPU that multiplies it in hardware, else
-    #: float32 (:mod:`asrkit.train.precision`).
+    #: (CPUs with AMX or AVX512-BF16), or ``auto``: bfloat16 on a CPU that multiplies it in
+    #: hardware, else float32 (:mod:`asrkit.train.precision`).
     precision: str = setting("auto", choices=PRECISIONS)
     #: Seconds a collective operation (gradient all-reduce) may wait for other workers before
     #: the run stops with an error: a dead worker must not hang the others for ever.
