@@ -22,6 +22,7 @@ written this plugin.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,8 +93,12 @@ def load_model(path: str) -> Any:
                 ) from error
             if not Path(resolved).is_file():
                 raise AsrkitError(f"no language model at {path}")
+            config = kenlm.Config()
+            # KenLM draws its own loading bar on stderr: useful on a terminal for a large
+            # ARPA file, noise in a log or a pipe.
+            config.show_progress = sys.stderr.isatty()
             try:
-                model = _MODELS[resolved] = kenlm.Model(resolved)
+                model = _MODELS[resolved] = kenlm.Model(resolved, config)
             except (OSError, RuntimeError) as error:
                 raise AsrkitError(f"cannot load the language model {path}: {error}") from None
     return model
