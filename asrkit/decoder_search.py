@@ -51,11 +51,15 @@ class DecoderSearch:
     #: Which weights were scored (as in :attr:`asrkit.evaluate.Evaluation.checkpoint`).
     checkpoint: dict[str, Any] | None = None
 
+    def rank(self, point: SearchPoint) -> tuple[float, float]:
+        """Lower is better: ``best_by``, then the other metric."""
+        other = "cer" if self.best_by == "wer" else "wer"
+        return getattr(point, self.best_by), getattr(point, other)
+
     @property
     def best(self) -> SearchPoint:
-        """The point with the lowest ``best_by`` (then the other metric; then the first)."""
-        other = "cer" if self.best_by == "wer" else "wer"
-        return min(self.points, key=lambda p: (getattr(p, self.best_by), getattr(p, other)))
+        """The point of the lowest :meth:`rank` (the first of equals)."""
+        return min(self.points, key=self.rank)
 
     def to_json(self) -> dict[str, Any]:
         best = self.best
@@ -79,9 +83,7 @@ class DecoderSearch:
         widths = [max(len(k), *(len(v) for v in self.grid[k])) for k in keys]
         lines.append("  " + "  ".join(k.rjust(w) for k, w in zip(keys, widths, strict=True))
                      + "      WER      CER")
-        ranked = sorted(self.points, key=lambda p: (getattr(p, self.best_by),
-                                                    p.cer if self.best_by == "wer" else p.wer))
-        for p in ranked:
+        for p in sorted(self.points, key=self.rank):
             values = "  ".join(p.settings[k].rjust(w) for k, w in zip(keys, widths, strict=True))
             lines.append(f"  {values}  {p.wer:7.2%}  {p.cer:7.2%}")
         best = self.best

@@ -190,7 +190,6 @@ class SplitModel:
     """A run's checkpoint ready to run over a split: what every evaluation starts from."""
 
     run: Any
-    split: str
     predict: Any
     batches: Any
     #: Which weights, as :attr:`Evaluation.checkpoint` reports them.
@@ -228,7 +227,7 @@ def load_split_model(folder: str | Path, split: str, checkpoint: str = "best") -
                            run.pipeline.for_evaluation())
     predict = make_predict(model, run.spec, run.model_config,
                            run.extractor.num_features(run.feature_config))
-    return SplitModel(run, split, predict, batches, scored)
+    return SplitModel(run, predict, batches, scored)
 
 
 def evaluate_run(folder: str | Path, split: str = "test", decoder_name: str | None = None,

@@ -6,8 +6,9 @@ utterances of ``--seconds`` seconds at most (padded, as in training: ``bench_rnn
 batch and timing), the model built in float32 and again under the
 ``mixed_bfloat16`` policy (as ``asrkit train -o precision=...`` builds it), measured in the same
 run; reports seconds a step, audio-seconds a second and the ratio float32 / bfloat16. Features
-are random: the arithmetic does not depend on the values. On a CPU with AMX (``amx_bf16`` in
-/proc/cpuinfo) oneDNN multiplies bfloat16 in hardware; elsewhere bfloat16 is emulated and slower.
+are random: the arithmetic does not depend on the values. On a CPU with AMX or AVX512-BF16
+(``amx_bf16``, ``avx512_bf16`` in /proc/cpuinfo) oneDNN multiplies bfloat16 in hardware;
+elsewhere bfloat16 is emulated and slower.
 
     python benchmarks/bench_precision.py [--models ds2,conformer,brnn] [--batch 16]
                                          [--seconds 4] [--steps 5] [--json out.json]
@@ -56,9 +57,10 @@ def main() -> None:
     import tensorflow as tf
 
     from asrkit import plugins
-    from asrkit.train.precision import AMX_FLAG, cpu_flags, policy
+    from asrkit.train.precision import BF16_FLAGS, cpu_flags, policy
 
-    print(f"CPU with AMX-BF16: {AMX_FLAG in cpu_flags()}; batch {args.batch} x up to "
+    units = [name for flag, name in BF16_FLAGS.items() if flag in cpu_flags()]
+    print(f"bfloat16 in hardware: {', '.join(units) or 'none'}; batch {args.batch} x up to "
           f"{args.seconds:g} s; median of {args.steps} steps\n")
     print(f"{'model':10s} {'precision':15s} {'s/step':>8s} {'audio s/s':>10s} {'speed-up':>9s}")
     rows = []
