@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -97,12 +98,24 @@ def score(run: Path, lm: Path | None) -> dict[str, dict[str, float]]:
     return results
 
 
-def build_lm(work: Path) -> Path:
-    """The benchmark's word 3-gram (see the module docstring)."""
+#: The spelling dictionary whose words the benchmark's LM also holds (Debian's ``wamerican``).
+DICTIONARY = Path("/usr/share/dict/american-english")
+
+
+def build_lm(work: Path, dictionary: Path | None) -> Path:
+    """The benchmark's word 3-gram (see the module docstring), its vocabulary extended by
+    ``dictionary``'s words in the corpus' alphabet when given."""
     text, arpa = work / "lm-text.txt", (work / "lm.arpa").resolve()
     text.write_text("\n".join(lm_sentences(work / "openvocab" / "plan.json")) + "\n")
+    extra = []
+    if dictionary:
+        words = {w.strip("'") for w in dictionary.read_text(errors="replace").lower().split()}
+        listed = work / "lm-words.txt"
+        listed.write_text("\n".join(sorted(w for w in words if re.fullmatch(r"[a-z']+", w)))
+                          + "\n")
+        extra = ["--vocabulary", str(listed)]
     print(asrkit("lm", "build", "--text", str(text), "--order", "3", "-o", str(arpa),
-                 "--no-normalize").stdout.strip(), flush=True)
+                 "--no-normalize", *extra).stdout.strip(), flush=True)
     return arpa
 
 
@@ -134,6 +147,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("bench-work"))
     parser.add_argument("--lm", action="store_true",
                         help="also score with the kenlm decoder and a word 3-gram")
+    parser.add_argument("--lm-dictionary", type=Path, nargs="?", const=DICTIONARY,
+                        help=f"add a word list's words to the LM's vocabulary (default "
+                             f"{DICTIONARY})")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -144,7 +160,7 @@ def main() -> None:
     asrkit("import", "folder", str(args.work / "openvocab"), "--name", "openvocab",
            "--no-progress")
     print(f"corpus ready in {time.monotonic() - started:.0f} s", flush=True)
-    lm = build_lm(args.work) if args.lm else None
+    lm = build_lm(args.work, args.lm_dictionary) if args.lm else None
 
     variants: dict[str, list[str]] = {} if args.skip_default else {"default": []}
     for item in args.variant:

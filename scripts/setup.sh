@@ -11,6 +11,8 @@ command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
 # The open-vocabulary corpus (benchmarks/open_vocab.py): a second synthesiser and real English text.
 command -v flite >/dev/null || need_apt+=(flite)
 [ -f /usr/share/games/fortunes/fortunes ] || need_apt+=(fortunes)
+# The benchmark LM's word list (bench_learning.py --lm): a spelling dictionary.
+[ -f /usr/share/dict/american-english ] || need_apt+=(wamerican)
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" = 0 ]; then sudo=(); else sudo=(sudo); fi
   echo "setup: installing ${need_apt[*]} (apt-get)"

@@ -17,6 +17,10 @@ their first language-model decoding. This follows what ``lmplz`` computes (Heafi
   ``gamma(h) = (D1 N1(h.) + D2 N2(h.) + D3+ N3+(h.)) / a(h.)``; unigrams interpolate with the
   uniform distribution over the vocabulary (``</s>`` and ``<unk>`` included, ``<s>`` not), so
   ``<unk>`` gets the uniform share of the leftover mass.
+- A word list (``vocabulary``) adds words the text never has, as SRILM's ``-vocab`` does: each
+  gets the uniform share too, so a decoder can spell it instead of paying the unknown-word
+  penalty. Why: a few thousand sentences of text leave out most of a language's words, and a
+  word the LM cannot predict is a word the decoder will not write.
 - ARPA stores the interpolated probabilities and ``gamma(h)`` as the backoff of ``h``: exactly the
   backoff model that gives the interpolated distribution, which sums to 1 for every context.
 
@@ -51,6 +55,8 @@ class ArpaModel:
     #: (D1, D2, D3+) per order, and the orders that fell back to the defaults.
     discounts: list[tuple[float, float, float]] = field(default_factory=list)
     fallback_orders: list[int] = field(default_factory=list)
+    #: Words of the vocabulary list that the text never has.
+    unseen_words: int = 0
 
     @property
     def vocabulary(self) -> list[str]:
@@ -137,9 +143,11 @@ def read_unigrams(path: str | Path) -> list[str]:
     return words
 
 
-def _count(sentences: Iterable[str], order: int) -> tuple[list[str], list[dict[tuple, int]], int]:
+def _count(sentences: Iterable[str], order: int,
+           vocabulary: Iterable[str] = ()) -> tuple[list[str], list[dict[tuple, int]], int]:
     """Raw counts of every n-gram of order 1..order, over word ids; returns the vocabulary (id ->
-    word), the counts and the number of sentences."""
+    word: ``vocabulary``'s words after those of the text), the counts and the number of
+    sentences."""
     ids: dict[str, int] = {BOS: 0, EOS: 1}
     words = [BOS, EOS]
     counts: list[dict[tuple, int]] = [defaultdict(int) for _ in range(order)]
@@ -161,6 +169,10 @@ def _count(sentences: Iterable[str], order: int) -> tuple[list[str], list[dict[t
             table = counts[n - 1]
             for start in range(len(seq) - n + 1):
                 table[tuple(seq[start:start + n])] += 1
+    for word in vocabulary:
+        if word not in ids and word != BOS:
+            ids[word] = len(words)
+            words.append(word)
     return words, [dict(c) for c in counts], sentences_seen
 
 
@@ -178,12 +190,15 @@ def _discounts(adjusted: dict[tuple, int]) -> tuple[tuple[float, float, float], 
     return FALLBACK_DISCOUNTS, True
 
 
-def estimate(sentences: Iterable[str], order: int = 3) -> ArpaModel:
+def estimate(sentences: Iterable[str], order: int = 3,
+             vocabulary: Iterable[str] = ()) -> ArpaModel:
     """An interpolated modified Kneser-Ney model of ``sentences`` (whitespace-separated words,
-    already normalised). Orders with no n-gram (sentences too short) are left out."""
+    already normalised), whose vocabulary also holds the words of ``vocabulary`` (each unseen
+    one with the uniform share of the unigrams' leftover mass). Orders with no n-gram
+    (sentences too short) are left out."""
     if order < 1:
         raise ValueError("order must be at least 1")
-    words, raw, sentence_count = _count(sentences, order)
+    words, raw, sentence_count = _count(sentences, order, vocabulary)
     if sentence_count == 0:
         raise ValueError("no sentences to estimate a language model from")
     while order > 1 and not raw[order - 1]:
@@ -216,6 +231,7 @@ def estimate(sentences: Iterable[str], order: int = 3) -> ArpaModel:
     probs: list[dict[tuple, float]] = []
     gammas: list[dict[tuple, float]] = []
     vocab_size = len(words) - 1 + (0 if UNK in words else 1)  # without <s>, with <unk>
+    unseen: list[tuple] = []
     for n in range(1, order + 1):
         d1, d2, d3 = discounts[n - 1]
         totals: dict[tuple, list[float]] = {}
@@ -233,11 +249,16 @@ def estimate(sentences: Iterable[str], order: int = 3) -> ArpaModel:
             discount = d1 if count == 1 else d2 if count == 2 else d3
             interpolated = gamma[h] * (lower[gram[1:]] if lower is not None else 1 / vocab_size)
             table[gram] = (count - discount) / totals[h][0] + interpolated
+        if n == 1:  # the vocabulary's words the text never has: the uniform share alone
+            unseen = [(index,) for index in range(2, len(words)) if (index,) not in table]
+            table.update(dict.fromkeys(unseen, gamma[()] / vocab_size))
         probs.append(table)
         gammas.append(gamma)
 
     unk_prob = gammas[0][()] / vocab_size
-    return _to_arpa(words, order, probs, gammas, unk_prob, discounts, fallback_orders)
+    model = _to_arpa(words, order, probs, gammas, unk_prob, discounts, fallback_orders)
+    model.unseen_words = len(unseen)
+    return model
 
 
 def _to_arpa(words: list[str], order: int, probs: list[dict[tuple, float]],

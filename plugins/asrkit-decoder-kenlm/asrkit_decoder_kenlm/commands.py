@@ -61,15 +61,21 @@ def lm_group() -> None:
               help="The n of the n-grams.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The ARPA file to write.")
+@click.option("--vocabulary", "vocabularies", multiple=True, metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A word list (e.g. /usr/share/dict/words): words the model may predict "
+                   "though the text never has them (repeatable).")
 @click.option("--no-normalize", is_flag=True,
-              help="Use --text lines as they are (default: lower-cased, punctuation removed).")
+              help="Use --text and --vocabulary as they are (default: lower-cased, "
+                   "punctuation removed).")
 def build_command(dataset: str | None, split: str, texts: tuple[Path, ...], order: int,
-                  output: Path, no_normalize: bool) -> None:
+                  output: Path, vocabularies: tuple[Path, ...], no_normalize: bool) -> None:
     """Estimate an interpolated modified Kneser-Ney n-gram model and write it as ARPA.
 
     \b
     asrkit lm build --dataset librispeech -o lm.arpa
     asrkit lm build --text corpus.txt --order 4 -o lm.arpa
+    asrkit lm build --text corpus.txt --vocabulary /usr/share/dict/words -o lm.arpa
     asrkit evaluate runs/brnn-1 --decoder kenlm -o decoder.lm=lm.arpa
     """
     from asrkit_decoder_kenlm.arpa import estimate
@@ -83,9 +89,14 @@ def build_command(dataset: str | None, split: str, texts: tuple[Path, ...], orde
         for path in texts:
             yield from text_sentences(path, not no_normalize)
 
+    def vocabulary() -> Iterator[str]:
+        for path in vocabularies:
+            for line in text_sentences(path, not no_normalize):
+                yield from line.split()
+
     started = time.monotonic()
     try:
-        model = estimate(sentences(), order)
+        model = estimate(sentences(), order, vocabulary())
     except ValueError as error:
         raise AsrkitError(str(error)) from None
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +104,8 @@ def build_command(dataset: str | None, split: str, texts: tuple[Path, ...], orde
     model.write(temporary)
     temporary.replace(output)
     counts = ", ".join(f"{n}-grams {c}" for n, c in enumerate(model.counts(), 1))
+    if vocabularies:
+        counts += f" ({model.unseen_words} from the word list only)"
     click.echo(f"wrote {output}: order {model.order}, {counts} "
                f"({time.monotonic() - started:.1f} s)")
     if model.order < order:

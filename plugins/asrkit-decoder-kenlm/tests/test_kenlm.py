@@ -57,6 +57,20 @@ def test_estimate_is_a_distribution_for_every_context(order):
         assert total == pytest.approx(1.0, abs=1e-6), history
 
 
+@pytest.mark.parametrize("order", [1, 3])
+def test_a_word_list_adds_words_with_the_unknown_words_share(order):
+    """Words only in the list are predictable, each with <unk>'s (smaller) uniform share; every
+    context still sums to one; a listed word the text has keeps its text-based probability."""
+    plain = estimate(corpus(), order)
+    listed = estimate(corpus(), order, ["zebra", "apple", "cat", "zebra"])
+    assert listed.unseen_words == 2
+    assert set(listed.vocabulary) == set(plain.vocabulary) | {"zebra", "apple"}
+    assert listed.log10prob("zebra", ()) == listed.log10prob(UNK, ()) < plain.log10prob(UNK, ())
+    for history in contexts(listed):
+        total = sum(10 ** listed.log10prob(word, history) for word in listed.vocabulary)
+        assert total == pytest.approx(1.0, abs=1e-6), history
+
+
 def test_written_arpa_reads_back_and_kenlm_scores_it_the_same(tmp_path):
     kenlm = pytest.importorskip("kenlm")
     model = estimate(corpus(), 3)
@@ -123,6 +137,14 @@ def test_lm_build_from_a_dataset_and_a_text(asrkit_cli, asrkit_home, make_plugin
     result = asrkit_cli(["lm", "build", "--text", text, "-o", out], plugins)
     assert result.exit_code == 0, result.stderr
     assert {"the", "cat", "dog", "sat"} <= set(read_unigrams(out))
+
+    words = tmp_path / "words"
+    words.write_text("Zebra\nAardvark's\ncat\n")
+    result = asrkit_cli(["lm", "build", "--text", text, "--vocabulary", words, "-o", out],
+                        plugins)
+    assert result.exit_code == 0, result.stderr
+    assert "(2 from the word list only)" in result.stdout
+    assert {"zebra", "aardvark's", "cat"} <= set(read_unigrams(out))
 
     missing = asrkit_cli(["lm", "build", "--dataset", "nothing", "-o", out], plugins)
     assert missing.exit_code == 1 and "no train.csv of a dataset 'nothing'" in missing.stderr
