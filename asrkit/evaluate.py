@@ -90,8 +90,11 @@ class Evaluation:
 
 
 def make_predict(model: Any, spec: Any, model_config: Any, num_features: int) -> Any:
-    """A compiled function from a batch to (logits, output lengths, per-utterance CTC loss)."""
+    """A compiled function from a batch to (logits, output lengths, per-utterance CTC loss:
+    infinite for an utterance CTC cannot align, which the mean leaves out)."""
     import tensorflow as tf
+
+    from asrkit.ctc import ctc_losses
 
     signature = [tf.TensorSpec([None, None, num_features], tf.float32),
                  tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, None], tf.int32),
@@ -101,9 +104,8 @@ def make_predict(model: Any, spec: Any, model_config: Any, num_features: int) ->
     def predict(features: Any, lengths: Any, labels: Any, label_lengths: Any) -> Any:
         logits = tf.cast(model((features, lengths), training=False), tf.float32)
         out_lengths = spec.output_length(model_config, lengths)
-        loss = tf.nn.ctc_loss(labels, logits, label_lengths, out_lengths,
-                              logits_time_major=False, blank_index=-1)
-        return logits, out_lengths, loss
+        loss, feasible = ctc_losses(labels, label_lengths, logits, out_lengths)
+        return logits, out_lengths, tf.where(feasible, loss, float("inf"))
 
     return predict
 

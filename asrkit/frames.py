@@ -106,7 +106,8 @@ def output_frames(num_samples: Any, feature_config: Any, spec: Any = None,
 def fits(num_samples: int, num_labels: int, feature_config: Any, spec: Any = None,
          model_config: Any = None) -> bool:
     """Whether CTC can align ``num_labels`` labels with that much audio: at least as many output
-    frames as labels. Without ``spec`` (an import, before any model is chosen) this is the
+    frames as labels (``asrkit.ctc.frames_needed`` of the labels counts their repeats too, as
+    a run's check does). Without ``spec`` (an import, before any model is chosen) this is the
     loosest check, a model that keeps every feature frame."""
     return int(output_frames(num_samples, feature_config, spec, model_config)) >= num_labels
 

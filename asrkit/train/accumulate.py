@@ -31,6 +31,7 @@ class AccumulatingStep:
                  clip_norm: float = 0.0) -> None:
         import tensorflow as tf
 
+        from asrkit.ctc import ctc_losses
         from asrkit.train.gradients import apply_gradients
 
         self.steps, self.pending = steps, 0
@@ -47,10 +48,9 @@ class AccumulatingStep:
             with tf.GradientTape() as tape:
                 logits = tf.cast(model((features, lengths), training=True), tf.float32)
                 out_lengths = spec.output_length(model_config, lengths)
-                ctc = tf.nn.ctc_loss(batch["labels"], logits, batch["label_lengths"],
-                                     out_lengths, logits_time_major=False, blank_index=-1)
-                feasible = tf.cast(out_lengths, tf.int32) >= batch["label_lengths"]
-                total = tf.reduce_sum(tf.where(feasible, ctc, 0.0))
+                ctc, feasible = ctc_losses(batch["labels"], batch["label_lengths"], logits,
+                                           out_lengths)
+                total = tf.reduce_sum(ctc)
                 scaled = optimizer.scale_loss(total)
             gradients = tape.gradient(scaled, variables)
             for accumulated, gradient in zip(sums, gradients, strict=True):

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
+from asrkit.ctc import frames_needed
 from asrkit.data.pipeline import PaddingMeter
 from asrkit.errors import AsrkitError
 from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
@@ -107,15 +108,15 @@ def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
                     model_config: Any, element_spec: Any = None, clip_norm: float = 0.0) -> Any:
     """A compiled distributed step: a batch in, the per-utterance losses of all replicas out.
 
-    An utterance with fewer output frames than labels cannot be aligned by CTC (TensorFlow
-    returns a huge finite loss for it, whose gradient would wreck the weights): it is left out
-    of the loss and reported as infinite, so the loop names it. Its output frames are the
-    model's ``output_length`` of the extractor's frame count, which the extractor contract makes
-    :func:`asrkit.frames.output_frames` of its samples: the count the run's warning before the
-    first step (:func:`too_short`) and the import use.
+    An utterance CTC cannot align (fewer output frames than its labels and repeats:
+    :mod:`asrkit.ctc`) is left out of the loss and reported as infinite, so the loop names it.
+    Its output frames are the model's ``output_length`` of the extractor's frame count, which
+    the extractor contract makes :func:`asrkit.frames.output_frames` of its samples: the count
+    the run's warning before the first step (:func:`too_short`) and the import use.
     """
     import tensorflow as tf
 
+    from asrkit.ctc import ctc_losses
     from asrkit.train.gradients import apply_gradients
 
     def replica_step(batch: dict[str, Any]) -> Any:
@@ -123,10 +124,9 @@ def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
         with tf.GradientTape() as tape:
             logits = tf.cast(model((features, lengths), training=True), tf.float32)
             out_lengths = spec.output_length(model_config, lengths)
-            ctc = tf.nn.ctc_loss(batch["labels"], logits, batch["label_lengths"], out_lengths,
-                                 logits_time_major=False, blank_index=-1)
-            feasible = tf.cast(out_lengths, tf.int32) >= batch["label_lengths"]
-            loss = tf.nn.compute_average_loss(tf.where(feasible, ctc, 0.0))
+            ctc, feasible = ctc_losses(batch["labels"], batch["label_lengths"], logits,
+                                       out_lengths)
+            loss = tf.nn.compute_average_loss(ctc)
             scaled = optimizer.scale_loss(loss)
         variables = model.trainable_variables
         gradients = tape.gradient(scaled, variables)
@@ -691,7 +691,7 @@ def too_short(run: Run, dataset_dir: Any, split: str) -> list[str]:
         samples = (round(row.duration * SAMPLE_RATE) if row.duration is not None
                    else max(0, (row.wav_filesize - WAV_HEADER_BYTES) // 2))
         try:
-            needed = len(run.labels.encode(row.transcript))
+            needed = frames_needed(run.labels.encode(row.transcript))
         except AsrkitError:  # the pipeline names the characters the labels cannot spell
             continue
         if not fits(samples, needed, run.feature_config, run.spec, run.model_config):
