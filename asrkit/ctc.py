@@ -7,8 +7,9 @@ Why it is more than a call to ``tf.nn.ctc_loss``:
   implementation, a loop of graph ops over the frames; given a ``SparseTensor`` it runs its C++
   kernel (the "significantly faster" path of its documentation). On a 2-core CPU the dense loss
   and its gradient took about a third of a ``ds2`` training step. Labels are therefore made
-  sparse when the loss runs on a CPU. On a GPU the sparse path would select cuDNN's CTC, whose
-  limits (at most 256 labels an utterance) long utterances exceed, so GPUs keep the dense one.
+  sparse when no GPU is visible. On a GPU the sparse path would select cuDNN's CTC, which has
+  limits of its own (at most 256 labels an utterance) and no GPU to be tested on here, so GPUs
+  keep the dense path they have trained with.
 - **Utterances CTC cannot align.** An utterance needs an output frame per label and one more
   between each pair of equal neighbours (the blank that keeps "ll" from collapsing to "l").
   With fewer frames the C++ kernel fails the whole batch and the dense loss returns a huge

@@ -21,7 +21,10 @@ seconds per step, at each time. Needs espeak-ng, flite, fortunes and sox (script
 acoustic model never heard, holding most of the held-out words in other sentences, as a real
 LM corpus would: once with the decoder's default weights (columns "+ LM"), once with ``alpha``
 and ``beta`` chosen on the dev split by ``asrkit evaluate --grid`` (columns "+ tuned LM"; the
-choice is in ``RUN/dev-lm-search.json``).
+choice is in ``RUN/dev-lm-search.json``). ``--lm-dictionary [FILE]`` adds the words of a
+spelling dictionary (Debian's ``wamerican`` by default) to that model's vocabulary (``asrkit lm
+build --vocabulary``): 7 % of the test words are in no other ``fortunes`` sentence, and 87 % of
+those are in the dictionary, as they would be in a real LM's lexicon.
 
 ``--variant "aug:pipeline.speed_factors=0.9,1.0,1.1;pipeline.time_masks=2"`` adds a run of each
 model with extra ``-o`` settings (e.g. augmentation) beside the default one, in the same table.
