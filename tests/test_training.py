@@ -31,7 +31,8 @@ def test_towers_match_one_device_with_the_doubled_batch():
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["max_update"] > 1e-3  # the step really changed the weights
-    assert figures["max_difference"] < 1e-5 * max(1.0, figures["max_update"] * 100)
+    # Plain descent (tests/scripts/linear_optimizer.py): the weights differ as the gradients do.
+    assert figures["max_difference"] < 1e-5 * figures["max_update"]
 
 
 def test_ldc93s1_smoke_test_learns_the_utterance(home, asrkit_cli, tmp_path):

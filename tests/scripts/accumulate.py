@@ -14,13 +14,14 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
+from linear_optimizer import linear_optimizer  # noqa: E402
 from tiny_brnn_batch import batch, config, initial, spec  # noqa: E402
 
 from asrkit.train.accumulate import AccumulatingStep  # noqa: E402
 from asrkit.train.config import TrainConfig  # noqa: E402
-from asrkit.train.engine import make_optimizer, make_train_step  # noqa: E402
+from asrkit.train.engine import make_train_step  # noqa: E402
 
-train = TrainConfig(learning_rate=0.01, clip_norm=0.5)  # a norm the gradient exceeds
+train = TrainConfig(learning_rate=1.0, clip_norm=0.5)  # a norm the gradient exceeds
 
 
 def part(start: int, stop: int) -> dict:
@@ -40,7 +41,7 @@ def weights_after(devices: list[str], micro_batches: list[dict] | None) -> list[
     with strategy.scope():
         model = spec.build(config, 26, 29)
         model.set_weights(initial)
-        optimizer = make_optimizer(train)
+        optimizer = linear_optimizer(train.learning_rate, train.clip_norm)
         optimizer.build(model.trainable_variables)
     if micro_batches is None:
         step = make_train_step(strategy, model, optimizer, spec, config, clip_norm=train.clip_norm)

@@ -4,7 +4,8 @@
     python multiworker_step.py - - OUT.npz               # reference: one process, whole batches
 
 Every step's global batch is the same in both cases: worker i takes rows 2i and 2i+1 of each
-four-utterance global batch, the reference takes all four. Writes the final weights.
+four-utterance global batch, the reference takes all four. Writes the final weights and the
+largest change of a weight.
 """
 
 import sys
@@ -19,10 +20,10 @@ if workers != "-":
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from linear_optimizer import linear_optimizer  # noqa: E402
 
 from asrkit.models.brnn import BRNN, BRNNConfig  # noqa: E402
-from asrkit.train.config import TrainConfig  # noqa: E402
-from asrkit.train.engine import make_optimizer, make_train_step  # noqa: E402
+from asrkit.train.engine import make_train_step  # noqa: E402
 from asrkit.train.strategy import make_strategy  # noqa: E402
 
 STEPS, GLOBAL, FRAMES = 3, 4, 40
@@ -46,7 +47,7 @@ initial = spec.build(config, 26, 29).get_weights()
 with strategy.scope():
     model = spec.build(config, 26, 29)
     model.set_weights(initial)
-    optimizer = make_optimizer(TrainConfig(learning_rate=0.01))
+    optimizer = linear_optimizer(learning_rate=0.01)
     optimizer.build(model.trainable_variables)
 
 
@@ -60,4 +61,6 @@ def dataset_fn(context):
 step = make_train_step(strategy, model, optimizer, spec, config)
 for batch in strategy.distribute_datasets_from_function(dataset_fn):
     step(batch)
-np.savez(out, *model.get_weights(), replicas=strategy.num_replicas_in_sync)
+final = model.get_weights()
+np.savez(out, *final, replicas=strategy.num_replicas_in_sync,
+         max_update=max(np.abs(a - b).max() for a, b in zip(final, initial, strict=True)))

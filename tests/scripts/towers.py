@@ -12,10 +12,10 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
+from linear_optimizer import linear_optimizer  # noqa: E402
 from tiny_brnn_batch import batch, config, initial, spec  # noqa: E402
 
-from asrkit.train.config import TrainConfig  # noqa: E402
-from asrkit.train.engine import make_optimizer, make_train_step  # noqa: E402
+from asrkit.train.engine import make_train_step  # noqa: E402
 
 
 def train_one_step(devices: list[str]) -> list[np.ndarray]:
@@ -23,7 +23,7 @@ def train_one_step(devices: list[str]) -> list[np.ndarray]:
     with strategy.scope():
         model = spec.build(config, 26, 29)
         model.set_weights(initial)
-        optimizer = make_optimizer(TrainConfig(learning_rate=0.01))
+        optimizer = linear_optimizer(learning_rate=0.01)
         optimizer.build(model.trainable_variables)
     step = make_train_step(strategy, model, optimizer, spec, config)
     data = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(batch))
