@@ -14,7 +14,8 @@ Prints a table and writes JSON (``--json``): CER and WER per test set, steps, ep
 seconds per step, at each time. Needs espeak-ng, flite, fortunes and sox (scripts/setup.sh).
 
     python benchmarks/bench_learning.py [--minutes 10,30] [--models ds2,brnn]
-        [--variant "NAME:SETTING;SETTING" ...] [--train 2400] [--work bench-work]
+        [--variant "NAME:SETTING;SETTING" ...] [--train 2400] [--train-voices 1]
+        [--work bench-work]
 
 ``--lm`` also scores each test set with the ``kenlm`` decoder and a 3-gram word model built
 (``asrkit lm build``) from every ``fortunes`` sentence except the dev and test ones: text the
@@ -30,7 +31,8 @@ those are in the dictionary, as they would be in a real LM's lexicon.
 model with extra ``-o`` settings (e.g. augmentation) beside the default one, in the same table.
 ``--subwords 256`` builds a SentencePiece vocabulary of 256 pieces from the training transcripts
 (``asrkit tokenizer build``) and adds a run of each model on it (variant ``sp256``): characters
-against subwords at equal training time.
+against subwords at equal training time. ``--train-voices N`` speaks each training sentence in N
+voices (``open_vocab.py``): more training speech from the same text, the held-out sets unchanged.
 """
 
 from __future__ import annotations
@@ -147,6 +149,8 @@ def main() -> None:
     parser.add_argument("--subwords", type=int, action="append", default=[],
                         help="also train on a SentencePiece vocabulary of this size")
     parser.add_argument("--train", type=int, default=2400, help="training sentences")
+    parser.add_argument("--train-voices", type=int, default=1,
+                        help="voices each training sentence is spoken in")
     parser.add_argument("--work", type=Path, default=Path("bench-work"))
     parser.add_argument("--lm", action="store_true",
                         help="also score with the kenlm decoder and a word 3-gram")
@@ -159,7 +163,7 @@ def main() -> None:
     os.environ.setdefault("ASRKIT_HOME", str((args.work / "home").resolve()))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     started = time.monotonic()
-    build(args.work / "openvocab", train=args.train)
+    build(args.work / "openvocab", train=args.train, train_voices=args.train_voices)
     asrkit("import", "folder", str(args.work / "openvocab"), "--name", "openvocab",
            "--no-progress")
     print(f"corpus ready in {time.monotonic() - started:.0f} s", flush=True)

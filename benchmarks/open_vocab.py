@@ -15,12 +15,17 @@ held-out speech:
   ``test-unseen`` the same sentences in voice variants never used in training (on all eight
   dialects, two of them never trained on), and ``test-flite`` the same sentences by a second
   synthesiser (flite's awb, rms, slt and kal16 voices): out of domain.
+- **more speech, same text**: ``--train-voices N`` speaks each training sentence N times, each
+  time in its own voice, speed and pitch. The text holds only about 5,000 training sentences
+  free of held-out words, so this is how the corpus grows; the extra utterances are drawn from
+  a random stream of their own and come last, so every other utterance, the held-out sets
+  included, is the same as with one voice.
 
 The result is a folder with one ``listing.tsv`` (file, transcript, split, speaker) that
 ``asrkit import folder`` reads as it is. Building needs ``espeak-ng``, ``flite`` and ``fortunes``
 (Debian packages; ``scripts/setup.sh`` installs them).
 
-    python benchmarks/open_vocab.py OUT [--train 2000] [--test 150] [--dev 100]
+    python benchmarks/open_vocab.py OUT [--train 2000] [--test 150] [--dev 100] [--train-voices 1]
 """
 
 from __future__ import annotations
@@ -97,8 +102,10 @@ def normalise_sentences(text: str) -> Iterator[str]:
             yield " ".join(words)
 
 
-def plan_corpus(sentences: Iterable[str], train: int, dev: int, test: int, seed: int) -> Plan:
-    """Split sentences into train/dev/test with held-out words, and assign voices."""
+def plan_corpus(sentences: Iterable[str], train: int, dev: int, test: int, seed: int,
+                train_voices: int = 1) -> Plan:
+    """Split sentences into train/dev/test with held-out words, and assign voices (each
+    training sentence ``train_voices`` of them)."""
     rng = random.Random(seed)
     pool = sorted(set(sentences))
     rng.shuffle(pool)
@@ -116,10 +123,10 @@ def plan_corpus(sentences: Iterable[str], train: int, dev: int, test: int, seed:
     plan.unseen_share = {s: 1 - share(s, train_vocabulary) for s in tests}
     assert min(plan.unseen_share.values()) >= MIN_UNSEEN_WORDS
 
-    def espeak(split: str, text: str, dialects: tuple[str, ...],
-               variants: tuple[str, ...]) -> Utterance:
-        voice = f"{rng.choice(dialects)}+{rng.choice(variants)}"
-        return Utterance(split, text, voice, rng.randint(*SPEEDS), rng.randint(*PITCHES))
+    def espeak(split: str, text: str, dialects: tuple[str, ...], variants: tuple[str, ...],
+               draw: random.Random = rng) -> Utterance:
+        voice = f"{draw.choice(dialects)}+{draw.choice(variants)}"
+        return Utterance(split, text, voice, draw.randint(*SPEEDS), draw.randint(*PITCHES))
 
     every_dialect = TRAIN_DIALECTS + UNSEEN_DIALECTS
     plan.utterances += [espeak("train", s, TRAIN_DIALECTS, TRAIN_VARIANTS) for s in trains]
@@ -128,6 +135,9 @@ def plan_corpus(sentences: Iterable[str], train: int, dev: int, test: int, seed:
     plan.utterances += [espeak("test-unseen", s, every_dialect, UNSEEN_VARIANTS) for s in tests]
     plan.utterances += [Utterance("test-flite", s, f"flite:{rng.choice(FLITE_VOICES)}")
                         for s in tests]
+    more = random.Random(f"{seed}-train-voices")
+    plan.utterances += [espeak("train", s, TRAIN_DIALECTS, TRAIN_VARIANTS, more)
+                        for _ in range(train_voices - 1) for s in trains]
     for number, utterance in enumerate(plan.utterances):
         utterance.file = f"{utterance.split}/{number:05d}.wav"
     return plan
@@ -155,9 +165,9 @@ def synthesise(utterance: Utterance, folder: Path) -> None:
 
 
 def build(folder: Path, train: int = 2000, dev: int = 100, test: int = 150, seed: int = 1,
-          jobs: int = 2) -> Plan:
+          jobs: int = 2, train_voices: int = 1) -> Plan:
     """Write the corpus (resumable: finished files are kept) and its ``listing.tsv``."""
-    plan = plan_corpus(fortune_sentences(), train, dev, test, seed)
+    plan = plan_corpus(fortune_sentences(), train, dev, test, seed, train_voices)
     folder.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(plan.utterances), unit="utt",
                                                  desc="synthesise") as bar:
@@ -198,8 +208,11 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=150)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--train-voices", type=int, default=1,
+                        help="voices each training sentence is spoken in")
     args = parser.parse_args()
-    plan = build(args.out, args.train, args.dev, args.test, args.seed, args.jobs)
+    plan = build(args.out, args.train, args.dev, args.test, args.seed, args.jobs,
+                 args.train_voices)
     shares = sorted(plan.unseen_share.values())
     print(f"{len(plan.utterances)} utterances in {args.out}; test sentences have "
           f"{shares[0]:.0%}-{shares[-1]:.0%} of their words unseen in training "

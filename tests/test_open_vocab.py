@@ -49,6 +49,21 @@ def test_plan_holds_out_sentences_words_and_voices():
 
 
 @needs_tools
+def test_more_voices_a_sentence_add_training_speech_and_change_nothing_else():
+    sentences = open_vocab.fortune_sentences()
+    one = open_vocab.plan_corpus(sentences, train=300, dev=20, test=30, seed=3)
+    three = open_vocab.plan_corpus(sentences, train=300, dev=20, test=30, seed=3, train_voices=3)
+    assert three.utterances[:len(one.utterances)] == one.utterances
+    extra = three.utterances[len(one.utterances):]
+    assert len(extra) == 600 and {u.split for u in extra} == {"train"}
+    trains = [u for u in one.utterances if u.split == "train"]
+    assert [u.text for u in extra] == [u.text for u in trains] * 2
+    spoken = [(u.voice, u.speed, u.pitch) for u in trains + extra]
+    assert len(set(spoken)) > 0.9 * len(spoken)  # each time a voice, speed and pitch of its own
+    assert len({u.file for u in three.utterances}) == len(three.utterances)
+
+
+@needs_tools
 def test_a_small_corpus_imports(tmp_path, asrkit_home, asrkit_cli):
     plan = open_vocab.build(tmp_path / "corpus", train=6, dev=2, test=2, seed=1)
     assert all((tmp_path / "corpus" / u.file).stat().st_size > 1000 for u in plan.utterances)
