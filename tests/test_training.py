@@ -31,7 +31,7 @@ def test_towers_match_one_device_with_the_doubled_batch():
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["max_update"] > 1e-3  # the step really changed the weights
-    # Plain descent (tests/scripts/linear_optimizer.py): the weights differ as the gradients do.
+    # Plain descent (tests/scripts/comparison.py): the weights differ as the gradients do.
     assert figures["max_difference"] < 1e-5 * figures["max_update"]
 
 

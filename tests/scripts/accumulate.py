@@ -14,14 +14,13 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
-from linear_optimizer import linear_optimizer  # noqa: E402
+from comparison import largest_difference, linear_optimizer  # noqa: E402
 from tiny_brnn_batch import batch, config, initial, spec  # noqa: E402
 
 from asrkit.train.accumulate import AccumulatingStep  # noqa: E402
-from asrkit.train.config import TrainConfig  # noqa: E402
 from asrkit.train.engine import make_train_step  # noqa: E402
 
-train = TrainConfig(learning_rate=1.0, clip_norm=0.5)  # a norm the gradient exceeds
+LEARNING_RATE, CLIP_NORM = 1.0, 0.5  # a norm the gradient exceeds
 
 
 def part(start: int, stop: int) -> dict:
@@ -41,14 +40,14 @@ def weights_after(devices: list[str], micro_batches: list[dict] | None) -> list[
     with strategy.scope():
         model = spec.build(config, 26, 29)
         model.set_weights(initial)
-        optimizer = linear_optimizer(train.learning_rate, train.clip_norm)
+        optimizer = linear_optimizer(LEARNING_RATE, CLIP_NORM)
         optimizer.build(model.trainable_variables)
     if micro_batches is None:
-        step = make_train_step(strategy, model, optimizer, spec, config, clip_norm=train.clip_norm)
+        step = make_train_step(strategy, model, optimizer, spec, config, clip_norm=CLIP_NORM)
         parts = [batch]
     else:
         step = AccumulatingStep(strategy, model, optimizer, spec, config, len(micro_batches),
-                                clip_norm=train.clip_norm)
+                                clip_norm=CLIP_NORM)
         parts = micro_batches
     for data in parts:
         for distributed in strategy.experimental_distribute_dataset(
@@ -56,10 +55,6 @@ def weights_after(devices: list[str], micro_batches: list[dict] | None) -> list[
             step(distributed)
     assert int(optimizer.iterations.numpy()) == 1, "one update, not one a micro-batch"
     return model.get_weights()
-
-
-def difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
-    return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
 
 
 whole = weights_after(["/cpu:0"], None)
@@ -71,6 +66,6 @@ cases = {
     "two_towers_whole": weights_after(["/cpu:0", "/cpu:1"], None),
 }
 print(json.dumps({
-    "max_update": difference(whole, initial),
-    **{name: difference(weights, whole) for name, weights in cases.items()},
+    "max_update": largest_difference(whole, initial),
+    **{name: largest_difference(weights, whole) for name, weights in cases.items()},
 }))

@@ -20,7 +20,7 @@ if workers != "-":
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from linear_optimizer import linear_optimizer  # noqa: E402
+from comparison import largest_difference, linear_optimizer  # noqa: E402
 
 from asrkit.models.brnn import BRNN, BRNNConfig  # noqa: E402
 from asrkit.train.engine import make_train_step  # noqa: E402
@@ -63,4 +63,4 @@ for batch in strategy.distribute_datasets_from_function(dataset_fn):
     step(batch)
 final = model.get_weights()
 np.savez(out, *final, replicas=strategy.num_replicas_in_sync,
-         max_update=max(np.abs(a - b).max() for a, b in zip(final, initial, strict=True)))
+         max_update=largest_difference(final, initial))

@@ -12,7 +12,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
-from linear_optimizer import linear_optimizer  # noqa: E402
+from comparison import largest_difference, linear_optimizer  # noqa: E402
 from tiny_brnn_batch import batch, config, initial, spec  # noqa: E402
 
 from asrkit.train.engine import make_train_step  # noqa: E402
@@ -35,7 +35,7 @@ def train_one_step(devices: list[str]) -> list[np.ndarray]:
 towers = train_one_step(["/cpu:0", "/cpu:1"])
 single = train_one_step(["/cpu:0"])
 print(json.dumps({
-    "max_difference": max(float(np.abs(a - b).max()) for a, b in zip(towers, single, strict=True)),
-    "max_update": max(float(np.abs(a - b).max()) for a, b in zip(single, initial, strict=True)),
+    "max_difference": largest_difference(towers, single),
+    "max_update": largest_difference(single, initial),
     "replicas": 2,
 }))

@@ -1,4 +1,5 @@
-"""Plain gradient descent for the scripts that compare two ways of computing one update.
+"""What the scripts that compare two ways of computing one update share: the optimiser and the
+measure of the difference.
 
 The comparisons (towers against one device, accumulated micro-batches against one batch, two
 workers against one) ask whether two runs applied the same gradient. Adam answers that badly: its
@@ -11,6 +12,7 @@ the gradients do, and a wrong scale shows.
 """
 
 import keras
+import numpy as np
 
 
 def linear_optimizer(learning_rate: float, clip_norm: float = 0.0):
@@ -18,3 +20,8 @@ def linear_optimizer(learning_rate: float, clip_norm: float = 0.0):
     engine's :func:`asrkit.train.gradients.apply_gradients` treats it as it treats the real one."""
     inner = keras.optimizers.SGD(learning_rate=learning_rate, global_clipnorm=clip_norm or None)
     return keras.optimizers.LossScaleOptimizer(inner, initial_scale=1.0)
+
+
+def largest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    """The largest absolute difference between two models' weights, taken pairwise."""
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
