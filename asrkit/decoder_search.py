@@ -19,7 +19,12 @@ from typing import Any
 
 from tqdm import tqdm
 
+from asrkit.config.decoding import try_decoder, with_settings
+from asrkit.config.overrides import DECODER_PREFIX, DecoderChoice, split_pair
 from asrkit.errors import AsrkitError
+from asrkit.evaluate import load_split_model
+from asrkit.runs import load_run
+from asrkit.scoring import decode_outputs
 
 #: The metrics a search may choose by (the loss does not depend on the decoder).
 METRICS = ("wer", "cer")
@@ -95,13 +100,10 @@ class DecoderSearch:
 def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
     """``["decoder.alpha=0.5,1", "beta=0,2"]`` -> ``{"alpha": ["0.5", "1"], "beta": ["0",
     "2"]}``: each key once, at least one value each."""
-    from asrkit.decoders import PREFIX
-    from asrkit.settings import split_pair
-
     grid: dict[str, list[str]] = {}
     for item in items:
         key, values = split_pair(item, "decoder.KEY=VALUE,VALUE,...")
-        key = key.removeprefix(PREFIX)
+        key = key.removeprefix(DECODER_PREFIX)
         if key in grid:
             raise AsrkitError(f"--grid {item}: {key} is already in the grid; list its values "
                               "once, separated by commas")
@@ -117,26 +119,21 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
 
 
 def search_decoder(folder: str | Path, split: str, grid: dict[str, list[str]],
-                   decoder_name: str | None = None, settings: Sequence[str] = (),
-                   checkpoint: str = "best", best_by: str = "wer",
-                   progress: bool = True) -> DecoderSearch:
+                   decoder: DecoderChoice | None = None, checkpoint: str = "best",
+                   best_by: str = "wer", progress: bool = True) -> DecoderSearch:
     """Score every combination of ``grid``'s values of the decoder's settings (over the run's
-    decoder, or ``decoder_name``'s defaults, with ``settings`` applied) on ``split``."""
-    from asrkit.decoders import configure, try_decoder
-    from asrkit.evaluate import choose_decoder, decode_outputs, load_split_model
-    from asrkit.runs import load_run
-
+    decoder, or the one ``decoder`` chooses, with its settings applied) on ``split``."""
     if best_by not in METRICS:
         raise AsrkitError(f"a decoder search chooses by {' or '.join(METRICS)}, not "
                           f"{best_by}: the loss is the model's, whatever the decoder")
     run = load_run(folder)
-    base = choose_decoder(run, decoder_name, settings)
+    base = run.choose_decoder(decoder or DecoderChoice())
     keys = list(grid)
     combinations = [dict(zip(keys, values, strict=True))
                     for values in itertools.product(*(grid[k] for k in keys))]
     # Every combination is a valid decoder, and the decoder has what it needs, before the
     # model loads: a typo in the last value is said at once.
-    decoders = [configure(base, list(point.items())) for point in combinations]
+    decoders = [with_settings(base, point.items()) for point in combinations]
     try_decoder(decoders[0], run.labels)
     loaded = load_split_model(folder, split, checkpoint)
     outputs = list(loaded.outputs())

@@ -196,7 +196,7 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     written to ``asrkit.json`` in the folder, with the verification's largest difference)."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    from asrkit.runs import load_run_model
+    from asrkit.restore import load_run_model
 
     target = Path(output) if output is not None else default_output(Path(folder), fmt)
     _check_target(target, Path(folder), force)  # before the model is loaded: fail fast

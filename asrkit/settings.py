@@ -341,10 +341,11 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def override(config: Any, key: str, value: str, prefix: str = "") -> Any:
-    """``config`` with field ``key`` set from the string ``value`` (typed by the field, then
-    checked by :func:`validate`). ``prefix`` (``decoder.``) is how the user wrote the key,
-    for the messages."""
+def override(config: Any, key: str, value: Any, prefix: str = "") -> Any:
+    """``config`` with field ``key`` set to ``value``: a string is read as the field's type (the
+    command line's form), any other value is taken as it is (a preset's typed value); then
+    checked by :func:`validate`. ``prefix`` (``decoder.``) is how the user wrote the key, for
+    the messages."""
     names = [f.name for f in fields(config)]
     if key not in names:
         raise AsrkitError(
@@ -352,24 +353,17 @@ def override(config: Any, key: str, value: str, prefix: str = "") -> Any:
             f"known: {', '.join(sorted(names))}"
         )
     kind = field_types(type(config))[key]
-    changed = replace(config, **{key: parse_value(value, kind, prefix + key)})
+    typed = parse_value(value, kind, prefix + key) if isinstance(value, str) else value
+    changed = replace(config, **{key: typed})
     validate(changed)
     return changed
 
 
-def apply(config: Any, pairs: Iterable[tuple[str, str]], prefix: str = "") -> Any:
+def apply(config: Any, pairs: Iterable[tuple[str, Any]], prefix: str = "") -> Any:
     """``config`` with every ``(key, value)`` of ``pairs`` set by :func:`override`, in order."""
     for key, value in pairs:
         config = override(config, key, value, prefix)
     return config
-
-
-def split_pair(pair: str, expected: str = "KEY=VALUE") -> tuple[str, str]:
-    """``"a.b = 3"`` -> ``("a.b", "3")``; no ``=`` is a one-line error."""
-    key, sep, value = pair.partition("=")
-    if not sep or not key.strip():
-        raise AsrkitError(f"-o {pair}: expected {expected}")
-    return key.strip(), value.strip()
 
 
 # -- JSON: run folders ---------------------------------------------------------------------------

@@ -48,8 +48,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from asrkit import plugins
+from asrkit.config.decoding import choose_decoder
+from asrkit.config.overrides import DecoderChoice
 from asrkit.data.audio import SAMPLE_RATE, SOX_TYPES, AudioError, decode
 from asrkit.errors import AsrkitError
+from asrkit.types import Decoder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -153,8 +157,10 @@ class Recognizer(ABC):
     labels: Labels
     #: Seconds per output frame.
     frame_seconds: float
-    #: The decoder to use unless told otherwise (the run's).
+    #: The decoder to use unless told otherwise (the run's), and its settings (a run's; None:
+    #: the decoder's defaults).
     default_decoder: str = "greedy"
+    default_decoder_config: Any = None
     #: What the model is, for reports.
     name: str = ""
 
@@ -172,12 +178,13 @@ class CheckpointRecognizer(Recognizer):
 
         from asrkit.frames import frame_seconds
         from asrkit.graph import make_logits_fn
-        from asrkit.runs import load_run_model
+        from asrkit.restore import load_run_model
 
         run, model, state = load_run_model(folder, checkpoint)
         self.labels = run.labels
         self.frame_seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
         self.default_decoder = run.train.decoder
+        self.default_decoder_config = run.config.decoder
         self.name = f"{run.folder} ({run.spec.name}, step {state.get('global_step', '?')})"
         self._model = model  # keeps the variables the function reads alive
         self._fn = tf.function(make_logits_fn(run, model),
@@ -217,23 +224,17 @@ def load_recognizer(path: str | Path, checkpoint: str = "best") -> Recognizer:
                       "(asrkit export)")
 
 
-def resolve_decoder(name: str | None, recognizer: Recognizer,
-                    settings: Sequence[str] = ()) -> tuple[Any, str | None]:
-    """The decoder named ``name`` (with ``decoder.KEY=VALUE`` settings), else the recognizer's
-    default. A default that is not installed (an export's run used a plugin this machine lacks)
-    falls back to greedy with a warning."""
-    from asrkit import plugins
-    from asrkit.decoders import load_decoder
-
-    if name is not None:
-        return load_decoder(name, settings), None
-    try:
-        plugins.get("decoder", recognizer.default_decoder)
-    except AsrkitError:
-        warning = (f"the model's decoder {recognizer.default_decoder!r} is not installed; "
-                   "using greedy")
-        return load_decoder("greedy", settings), warning
-    return load_decoder(recognizer.default_decoder, settings), None
+def resolve_decoder(choice: DecoderChoice, recognizer: Recognizer) -> tuple[Decoder, str | None]:
+    """The decoder ``choice`` names, else the recognizer's own with its settings, with
+    ``choice``'s settings applied (:func:`asrkit.config.decoding.choose_decoder`). An own
+    decoder that is not installed (an export's run used a plugin this machine lacks) falls back
+    to greedy with a warning."""
+    default, config = recognizer.default_decoder, recognizer.default_decoder_config
+    warning = None
+    if choice.name is None and default not in plugins.get_plugins().registry.names("decoder"):
+        warning = f"the model's decoder {default!r} is not installed; using greedy"
+        default, config = "greedy", None
+    return choose_decoder(choice, default, config), warning
 
 
 # -- windows ------------------------------------------------------------------------------------

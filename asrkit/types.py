@@ -159,11 +159,12 @@ class ModelSpec(ABC):
     Config: ClassVar[type]
     #: The registered feature extractor this model reads by default.
     features: ClassVar[str] = "mfcc"
-    #: Named presets: settings in ``-o`` form (``{"cpu": {"model.n_hidden": "256",
-    #: "train.learning_rate": "0.002"}}``), applied before the user's own settings, which win.
-    #: ``asrkit train`` picks ``full`` where GPUs are visible and ``cpu`` where not
-    #: (:mod:`asrkit.presets`); a model without presets trains on its ``Config`` defaults.
-    presets: ClassVar[dict[str, dict[str, str]]] = {}
+    #: Named presets: settings keyed as ``-o`` names them, valued as the command line writes
+    #: them or typed (``{"cpu": {"model.n_hidden": 256, "train.learning_rate": "0.002"}}``),
+    #: applied before the user's own settings, which win. ``asrkit train`` picks ``full`` where
+    #: GPUs are visible and ``cpu`` where not (:mod:`asrkit.config.presets`); a model without
+    #: presets trains on its ``Config`` defaults.
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
     #: Pretraining by growth (``-o grow_epochs=...``, :mod:`asrkit.train.growth`): the name of
     #: the ``Config`` field (an int) that counts the layers training may add, e.g. ``rnn_layers``;
     #: "" = the model cannot grow. A model that declares one builds layer ``i`` under the same

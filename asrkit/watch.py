@@ -53,10 +53,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from asrkit.config.overrides import DecoderChoice
+from asrkit.data.pipeline import make_dataset
+from asrkit.data.shards import damaged_dataset_error
 from asrkit.errors import AsrkitError
 from asrkit.files import sync_folder, write_atomic
 from asrkit.locks import folder_lock, lock_held
-from asrkit.runs import WATCH_METRICS
+from asrkit.runs import WATCH_METRICS, load_run
+from asrkit.scoring import evaluate_dataset, make_predict
+from asrkit.train.growth import Growth
 from asrkit.train.snapshots import (
     PENDING,
     SNAPSHOT_STATE,
@@ -75,10 +80,10 @@ SNAPSHOT_SECONDS = 0.1
 POLL_SECONDS = 1.0
 
 
-def decoder_label(decoder: str, settings: Sequence[str]) -> str:
-    """``greedy``, ``beam-beam_width=100``: names a decoder with its settings in keys and
-    folder names."""
-    parts = [decoder, *(s.removeprefix("decoder.") for s in settings)]
+def decoder_label(decoder: str, choice: DecoderChoice) -> str:
+    """``greedy``, ``beam-beam_width=100``: names a decoder with the settings ``choice``
+    changes, in keys and folder names."""
+    parts = [decoder, *(f"{key}={value}" for key, value in choice.settings)]
     return re.sub(r"[^A-Za-z0-9_.=,-]", "_", "-".join(parts))
 
 
@@ -92,21 +97,16 @@ class Snapshot:
 class Watcher:
     """Scores a run's checkpoints on ``splits`` with a decoder; see the module docstring."""
 
-    def __init__(self, run_folder: str | Path, splits: Sequence[str], decoder: str | None = None,
-                 decoder_settings: Sequence[str] = (), best_by: str = "wer",
+    def __init__(self, run_folder: str | Path, splits: Sequence[str],
+                 decoder: DecoderChoice | None = None, best_by: str = "wer",
                  progress: bool = True, echo: Callable[[str], None] = print) -> None:
-        from asrkit.decoders import split_settings
-        from asrkit.runs import load_run
-
         if best_by not in METRICS:
             raise AsrkitError(f"--best-by {best_by}: choose one of {', '.join(METRICS)}")
         self.folder = Path(run_folder)
         self.run = load_run(self.folder)
         self.splits = list(splits) or [self.run.train.dev_split]
-        chosen, pairs = split_settings(decoder_settings)  # -o decoder=NAME as --decoder NAME
-        self.decoder_name = chosen or decoder or self.run.train.decoder
-        self.settings = [f"{key}={value}" for key, value in pairs]
-        self.label = decoder_label(self.decoder_name, self.settings)
+        self.choice = decoder or DecoderChoice()
+        self.label = decoder_label(self.choice.name or self.run.train.decoder, self.choice)
         self.best_by = best_by
         self.progress = progress
         self.echo = echo
@@ -237,15 +237,12 @@ class Watcher:
     def _setup_scoring(self) -> None:
         import tensorflow as tf
 
-        from asrkit.data.pipeline import make_dataset
-        from asrkit.evaluate import choose_decoder
-
         run = self.run
         extractor = run.extractor
         self.model_config = None
         self._build_model(run.model_config)
         # The run's decoder settings, as evaluate uses them, with -o decoder.KEY=VALUE on top.
-        self.decoder = choose_decoder(run, self.decoder_name, self.settings)
+        self.decoder = run.choose_decoder(self.choice)
         self.batches = {split: make_dataset(run.dataset, split, run.labels, extractor,
                                             run.feature_config, run.pipeline.for_evaluation())
                         for split in self.splits}
@@ -257,8 +254,6 @@ class Watcher:
         prediction; built again only when a growing run's size changes
         (:mod:`asrkit.train.growth`)."""
         import tensorflow as tf
-
-        from asrkit.evaluate import make_predict
 
         if model_config == self.model_config:
             return
@@ -272,10 +267,6 @@ class Watcher:
     def score(self, snapshot: Snapshot) -> None:
         """Evaluate one snapshot on every split; record, log, keep it if it is the best."""
         import tensorflow as tf
-
-        from asrkit.data.shards import damaged_dataset_error
-        from asrkit.evaluate import evaluate_dataset
-        from asrkit.train.growth import Growth
 
         growth = Growth.of(self.run.train, self.run.spec, self.run.model_config)
         if growth is not None:  # the size the snapshot was saved at
@@ -398,8 +389,8 @@ class Watcher:
         return count
 
 
-def watch_run(folder: str | Path, splits: Sequence[str] = (), decoder: str | None = None,
-              decoder_settings: Sequence[str] = (), best_by: str = "wer", progress: bool = True,
+def watch_run(folder: str | Path, splits: Sequence[str] = (),
+              decoder: DecoderChoice | None = None, best_by: str = "wer", progress: bool = True,
               echo: Callable[[str], None] = print) -> int:
     """``asrkit evaluate RUN --watch``: wait for the run to start when a training is starting
     it, then :meth:`Watcher.run_until_finished`."""
@@ -409,5 +400,4 @@ def watch_run(folder: str | Path, splits: Sequence[str] = (), decoder: str | Non
             raise AsrkitError(f"{folder} is not a run directory (no config.json), and no "
                               "training is writing it")
         time.sleep(POLL_SECONDS)
-    return Watcher(folder, splits, decoder, decoder_settings, best_by, progress,
-                   echo).run_until_finished()
+    return Watcher(folder, splits, decoder, best_by, progress, echo).run_until_finished()

@@ -220,7 +220,8 @@ def generator_baseline(folder: Path, batch_size: int):  # -> tf.data.Dataset
 
 
 def bench_pipelines(folder: Path, utterances: list, batch_size: int, repeats: int) -> list[dict]:
-    from asrkit.data.pipeline import PipelineConfig, make_dataset, padding_fraction
+    from asrkit.config.pipeline import PipelineConfig
+    from asrkit.data.pipeline import make_dataset, padding_fraction
     from asrkit.features import MFCC
     from asrkit.text import Alphabet
 

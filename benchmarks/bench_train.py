@@ -193,7 +193,7 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from asrkit.train.config import TrainConfig
+    from asrkit.config.train import TrainConfig
     from asrkit.train.engine import make_optimizer, make_train_step
 
     if args.model == "brnn":

@@ -81,19 +81,20 @@ def make_run(folder: Path, model: str, overrides: list[str]) -> Path:
     import keras
 
     from asrkit import plugins
-    from asrkit.data.pipeline import PipelineConfig
+    from asrkit.config.overrides import parse_overrides
+    from asrkit.config.pipeline import PipelineConfig
+    from asrkit.config.run import RunConfig
+    from asrkit.config.train import TrainConfig
     from asrkit.runs import Run
+    from asrkit.settings import apply
     from asrkit.text import Alphabet
     from asrkit.train.checkpoints import Checkpoints
-    from asrkit.train.config import TrainConfig, override, split_overrides
 
     spec = plugins.get("model", model)
     extractor = plugins.get("feature", spec.features)
-    config = spec.Config()
-    for key, value in split_overrides(overrides).get("model", []):
-        config = override(config, key, value)
-    run = Run(folder, TrainConfig(model=model), config, extractor.Config(), PipelineConfig(),
-              Alphabet())
+    config = apply(spec.Config(), parse_overrides(overrides).section("model"))
+    run = Run(folder, RunConfig(TrainConfig(model=model), config, extractor.Config(),
+                                PipelineConfig()), Alphabet())
     run.save()
     keras.utils.set_random_seed(0)
     network = spec.build(config, extractor.num_features(run.feature_config),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asrkit.data.pipeline import PipelineConfig, PipelineError, load_noise_bank
+from asrkit.config.pipeline import PipelineConfig, PipelineError
+from asrkit.data.pipeline import load_noise_bank
 from tests.conftest import SPEECH
 
 RATE = 16000

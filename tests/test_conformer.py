@@ -32,7 +32,8 @@ def test_default_config_is_conformer_s_sized():
 
 
 def test_presets_are_settings_of_the_right_sections():
-    from asrkit.train.config import TrainConfig, override
+    from asrkit.config.train import TrainConfig
+    from asrkit.settings import override
 
     assert set(Conformer.presets) == {"full", "cpu", "tiny"}
     configs = {}

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from asrkit.api import BeamDecoder, Decoder, setting
-from asrkit.decoders import load_decoder
+from asrkit.config.decoding import choose_decoder
+from asrkit.config.overrides import parse_decoder_choice
 from asrkit.decoders.greedy import GreedyDecoder
 from asrkit.errors import AsrkitError
 from asrkit.testing import (
@@ -83,9 +84,11 @@ def test_kenlm_takes_minus_infinity_from_the_command_line(kenlm_plugin, tiny_lm,
     """``-o decoder.token_min_logp=-inf`` (its documented "every label") is a setting the
     settings validation accepts, and it means what ``none`` means."""
     make_plugins(kenlm_plugin)
-    decoder = load_decoder("kenlm", [f"decoder.lm={tiny_lm}", "decoder.token_min_logp=-inf"])
+    decoder = choose_decoder(parse_decoder_choice(
+        "kenlm", [f"decoder.lm={tiny_lm}", "decoder.token_min_logp=-inf"]), "greedy")
     assert decoder.config.token_min_logp == -math.inf
-    exact = load_decoder("kenlm", [f"decoder.lm={tiny_lm}", "decoder.token_min_logp=none"])
+    exact = choose_decoder(parse_decoder_choice(
+        "kenlm", [f"decoder.lm={tiny_lm}", "decoder.token_min_logp=none"]), "greedy")
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(2, 30, 29)) * 3
     assert decoder.decode(logits, [30, 20], Alphabet()) == exact.decode(logits, [30, 20],

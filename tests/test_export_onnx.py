@@ -33,17 +33,18 @@ def make_tiny_ds2(folder: Path, seed: int = 5) -> Path:
     a DFT product) to ~1.4e-4 in the logits, still well within the export's 1e-3 check."""
     import keras
 
-    from asrkit.data.pipeline import PipelineConfig
+    from asrkit.config.pipeline import PipelineConfig
+    from asrkit.config.run import RunConfig
+    from asrkit.config.train import TrainConfig
     from asrkit.features import LogMelConfig
     from asrkit.models.ds2 import DS2Config
     from asrkit.runs import Run
     from asrkit.text import Alphabet
     from asrkit.train.checkpoints import Checkpoints
-    from asrkit.train.config import TrainConfig
 
-    run = Run(folder, TrainConfig(model="ds2"),
-              DS2Config(conv_channels=4, rnn_layers=1, rnn_units=16),
-              LogMelConfig(num_mel_bins=40), PipelineConfig(), Alphabet())
+    run = Run(folder, RunConfig(TrainConfig(model="ds2"),
+                                DS2Config(conv_channels=4, rnn_layers=1, rnn_units=16),
+                                LogMelConfig(num_mel_bins=40), PipelineConfig()), Alphabet())
     run.save()
     keras.utils.set_random_seed(seed)
     model = run.spec.build(run.model_config, 40, run.alphabet.num_classes)
@@ -77,7 +78,7 @@ def exports(runs, tmp_path_factory):
 def checkpoint_logits(run_folder: Path, audio: np.ndarray) -> np.ndarray:
     """The checkpoint's logits as evaluation computes them (a padded batch through
     ``extract_batch``), independently of the export's graph."""
-    from asrkit.runs import load_run_model
+    from asrkit.restore import load_run_model
 
     run, model, _ = load_run_model(run_folder)
     extractor = run.extractor

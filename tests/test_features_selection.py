@@ -87,15 +87,20 @@ def test_an_unusable_extractor_is_one_line_before_any_work(cli, tmp_path, settin
 
 def test_the_presets_feature_settings_stay_with_the_models_own_extractor(datasets, monkeypatch,
                                                                          tmp_path):
+    from asrkit.config.overrides import parse_overrides
+    from asrkit.config.run import build_run_config
     from asrkit.features import LogMelConfig, MFCCConfig
     from asrkit.runs import new_run
-    from asrkit.train.config import TrainConfig
+
+    def run(settings, folder):
+        config, note = build_run_config({}, parse_overrides(settings))
+        return new_run(config, folder, note)
 
     monkeypatch.setenv("ASRKIT_HOME", str(datasets))
-    own = new_run(TrainConfig(), ["preset=cpu"], tmp_path / "own")
+    own = run(["preset=cpu"], tmp_path / "own")
     assert own.train.features == "mfcc" and own.feature_config == MFCCConfig(normalize="utterance")
-    other = new_run(TrainConfig(), ["preset=cpu", "features=logmel",
-                                    "features.num_mel_bins=40"], tmp_path / "other")
+    other = run(["preset=cpu", "features=logmel", "features.num_mel_bins=40"],
+                tmp_path / "other")
     assert other.train.features == "logmel" and other.extractor.name == "logmel"
     assert other.feature_config == LogMelConfig(num_mel_bins=40)  # no whitening from brnn's
     assert "its mfcc settings are not applied to logmel" in other.preset_note
@@ -104,16 +109,17 @@ def test_the_presets_feature_settings_stay_with_the_models_own_extractor(dataset
 
 
 def test_a_run_whose_extractor_changed_width_is_one_line(cli, tmp_path):
-    from asrkit.data.pipeline import PipelineConfig
+    from asrkit.config.pipeline import PipelineConfig
+    from asrkit.config.run import RunConfig
+    from asrkit.config.train import TrainConfig
     from asrkit.features import MFCCConfig
     from asrkit.models.brnn import BRNNConfig
     from asrkit.runs import Run, load_run
     from asrkit.text import Alphabet
-    from asrkit.train.config import TrainConfig
 
     folder = tmp_path / "run"
-    Run(folder, TrainConfig(features="mfcc"), BRNNConfig(), MFCCConfig(), PipelineConfig(),
-        Alphabet()).save()
+    Run(folder, RunConfig(TrainConfig(features="mfcc"), BRNNConfig(), MFCCConfig(),
+                          PipelineConfig()), Alphabet()).save()
     config = json.loads((folder / "config.json").read_text())
     assert config["num_features"] == 26
     (folder / "config.json").write_text(json.dumps({**config, "num_features": 13}))

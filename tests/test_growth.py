@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from asrkit.config.train import TrainConfig
 from asrkit.errors import AsrkitError
 from asrkit.models.ds2 import DS2, DS2Config
-from asrkit.train.config import TrainConfig
 from asrkit.train.growth import Growth, carry_over
 
 #: A tiny ds2 of three GRU layers that starts with one and grows after epochs 1 and 2; no
@@ -77,7 +77,7 @@ def test_conformer_grows_by_blocks():
 
 
 def _weights(run):
-    from asrkit.runs import load_run_model
+    from asrkit.restore import load_run_model
 
     _, model, state = load_run_model(run, "latest")
     return {v.path: v.numpy() for v in model.variables}, state

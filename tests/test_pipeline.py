@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from asrkit.config.pipeline import PipelineConfig, PipelineError
 from asrkit.data import augment
 from asrkit.data.pipeline import (
-    PipelineConfig,
-    PipelineError,
     as_tuple,
     auto_boundaries,
     bucket_edges,

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from asrkit.config.pipeline import PipelineConfig, PipelineError
 from asrkit.data.pipeline import (
-    PipelineConfig,
-    PipelineError,
     batch_plan,
     estimated_batches,
     make_dataset,
@@ -87,9 +86,11 @@ def test_a_run_reports_the_padding_of_each_epoch(home, asrkit_cli, tmp_path):
     assert json.loads((run / "config.json").read_text())["pipeline"]["batch_seconds"] == 7.0
 
     # like batch_size, the budget may change on resume (after running out of memory)
-    from asrkit.runs import load_run, override_run
+    from asrkit.config.overrides import parse_overrides
+    from asrkit.runs import load_run, resume_run
 
-    resumed = override_run(load_run(run), ["pipeline.batch_seconds=5", "epochs=2"])
+    resumed = resume_run(load_run(run), parse_overrides(["pipeline.batch_seconds=5",
+                                                         "epochs=2"]))
     assert resumed.pipeline.batch_seconds == 5.0 and resumed.train.epochs == 2
     with pytest.raises(AsrkitError, match="a resumed run keeps its pipeline settings"):
-        override_run(load_run(run), ["pipeline.num_buckets=8"])
+        resume_run(load_run(run), parse_overrides(["pipeline.num_buckets=8"]))

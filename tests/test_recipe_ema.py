@@ -52,7 +52,7 @@ def test_the_average_after_n_updates_is_the_closed_form_of_the_trajectory():
 def test_evaluate_transcribe_and_export_load_the_average(home, asrkit_cli, tmp_path):
     import tensorflow as tf
 
-    from asrkit.runs import load_run_model
+    from asrkit.restore import load_run_model
     from asrkit.train.checkpoints import Checkpoints
     from asrkit.train.ema import shadow_of
     from asrkit.transcribe import CheckpointRecognizer

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
+from asrkit.config.train import TrainConfig
 from asrkit.errors import AsrkitError
 from asrkit.train import schedules
-from asrkit.train.config import TrainConfig
 from asrkit.train.engine import LoopState
 from tests.conftest import TINY
 

@@ -76,15 +76,16 @@ def installed(make_plugins):
 def make_run(folder: Path) -> Path:
     """A run of ``grow`` made with the installed version: config, plugins.json, alphabet and a
     ``best`` checkpoint."""
-    from asrkit.data.pipeline import PipelineConfig
+    from asrkit.config.pipeline import PipelineConfig
+    from asrkit.config.run import RunConfig
+    from asrkit.config.train import TrainConfig
     from asrkit.features import MFCCConfig
     from asrkit.runs import Run
     from asrkit.text import Alphabet
     from asrkit.train.checkpoints import Checkpoints
-    from asrkit.train.config import TrainConfig
 
-    run = Run(folder, TrainConfig(model="grow"), GrowConfig(), MFCCConfig(), PipelineConfig(),
-              Alphabet())
+    run = Run(folder, RunConfig(TrainConfig(model="grow"), GrowConfig(), MFCCConfig(),
+                                PipelineConfig()), Alphabet())
     run.save()
     model = run.spec.build(run.model_config, run.extractor.num_features(run.feature_config),
                            run.alphabet.num_classes)
@@ -99,7 +100,7 @@ def old_run(installed, tmp_path):
 
 
 def test_the_same_architecture_loads(old_run, installed):
-    from asrkit.runs import load_run_model
+    from asrkit.restore import load_run_model
 
     installed("1.1")  # a new version that kept the architecture
     _run, model, state = load_run_model(old_run)
@@ -122,7 +123,7 @@ def test_a_checkpoint_that_does_not_match_with_the_same_version_is_not_blamed_on
     """Same version, yet another architecture (a plugin changed without a new version): the
     checkpoint is reported as unusable, as before, without inventing a version to install."""
     from asrkit.plugins import get
-    from asrkit.runs import load_run_model
+    from asrkit.restore import load_run_model
 
     installed("1.0")
     monkeypatch.setattr(get("model", "grow"), "version", "2.0")

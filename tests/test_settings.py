@@ -16,7 +16,9 @@ from typing import Literal
 
 import pytest
 
-from asrkit.data.pipeline import PipelineConfig, PipelineError
+from asrkit.config.pipeline import PipelineConfig, PipelineError
+from asrkit.config.run import check_names
+from asrkit.config.train import TrainConfig
 from asrkit.decoders.beam import BeamConfig
 from asrkit.errors import AsrkitError
 from asrkit.features import FeatureError, LogMelConfig, MFCCConfig
@@ -33,7 +35,6 @@ from asrkit.settings import (
     to_dict,
     validate,
 )
-from asrkit.train.config import TrainConfig, check_names
 from tests.conftest import ROOT, TINY
 
 CONFIGS = [TrainConfig, PipelineConfig, BRNNConfig, DS2Config, MFCCConfig, LogMelConfig,
@@ -69,7 +70,7 @@ def home(datasets, monkeypatch):
                                               "must be a number > 0"),
     (["-o", "pipeline.cache=memory", "-o", "pipeline.shuffle_buffer=0"],
      "setting shuffle_buffer=0 is not allowed: must be an integer >= 1"),
-    (["-o", "features.high_hz=abc"], "-o high_hz=abc: not a number or none"),
+    (["-o", "features.high_hz=abc"], "-o features.high_hz=abc: not a number or none"),
     (["-o", "features.normalize=global"], "setting normalize='global' is not allowed: must be "
                                           "one of none, feature, utterance"),
     (["-o", "decoder=nosuch"], "no decoder named 'nosuch' is installed (installed: beam, "),

@@ -26,7 +26,7 @@ PIECES = Pieces(["▁", "▁the", "▁a", "at", "▁c", "s", "e", "t", "h", "▁
 
 @pytest.fixture(scope="module")
 def subword_run(tmp_path_factory):
-    from asrkit.runs import load_run_model
+    from asrkit.restore import load_run_model
     from asrkit.tokenizers import TokenizerFile
 
     folder = make_tiny_run(tmp_path_factory.mktemp("tiny") / "run")

@@ -56,7 +56,7 @@ def test_hook_register_tokenizers(letters, asrkit_cli, tiny_dataset, tmp_path, m
     assert record["tokenizer"] == "letters" and record["symbols"] == labels.size
     assert Path("run/tokenizer.letters").read_bytes() == Path("sample.letters").read_bytes()
     # the model outputs the tokenizer's classes, not the alphabet's
-    from asrkit.runs import load_run_model
+    from asrkit.restore import load_run_model
 
     run, model, _ = load_run_model("run")
     assert run.labels.symbols == labels.symbols

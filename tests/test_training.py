@@ -100,7 +100,7 @@ def test_ds2_trains_with_subsampling(home, asrkit_cli, tmp_path):
     assert json.loads((run / "config.json").read_text())["train"]["model"] == "ds2"
     assert (run / "report.json").exists()
     # Every weight is in the checkpoint: a restored model equals the trained one.
-    from asrkit.runs import load_run_model
+    from asrkit.restore import load_run_model
 
     _, first, _ = load_run_model(run, "latest")
     _, second, _ = load_run_model(run, "latest")

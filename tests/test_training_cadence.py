@@ -141,8 +141,9 @@ def test_presets_auto_named_and_overridden(home, asrkit_cli, tmp_path):
 def setting(section: str, name: str, value: str):
     """A preset's ``-o`` value as the run's config.json holds it."""
     from asrkit import plugins
-    from asrkit.data.pipeline import PipelineConfig
-    from asrkit.train.config import TrainConfig, override
+    from asrkit.config.pipeline import PipelineConfig
+    from asrkit.config.train import TrainConfig
+    from asrkit.settings import override
 
     config = {"train": TrainConfig(), "pipeline": PipelineConfig(),
               "model": plugins.get("model", "brnn").Config(),

@@ -43,9 +43,11 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
                      json_file: Path | None, settings: tuple[str, ...], watch: bool,
                      grid: tuple[str, ...], best_by: str, no_progress: bool) -> None:
     """Corpus WER and CER of a trained run on a split, with best, median and worst samples."""
+    from asrkit.config.overrides import parse_decoder_choice
     from asrkit.errors import AsrkitError
     from asrkit.evaluate import evaluate_run
 
+    choice = parse_decoder_choice(decoder, settings)  # the one reading of --decoder and -o
     if watch and grid:
         raise AsrkitError("--watch scores checkpoints with one decoder; --grid searches "
                           "decoder settings on one checkpoint: give one of them")
@@ -54,7 +56,7 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
 
         if json_file is not None:
             raise AsrkitError("--watch writes RUN/evaluations.jsonl; --json is for one checkpoint")
-        watch_run(run, splits, decoder, settings, best_by, not no_progress, click.echo)
+        watch_run(run, splits, choice, best_by, not no_progress, click.echo)
         return
     if len(splits) > 1:
         raise AsrkitError("one --split at a time, or several with --watch")
@@ -62,12 +64,11 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
     if grid:
         from asrkit.decoder_search import parse_grid, search_decoder
 
-        search = search_decoder(run, split, parse_grid(grid), decoder, settings, checkpoint,
-                                best_by, progress=not no_progress)
+        search = search_decoder(run, split, parse_grid(grid), choice, checkpoint, best_by,
+                                progress=not no_progress)
         _show(search, json_file)
         return
-    evaluation = evaluate_run(run, split, decoder, checkpoint, progress=not no_progress,
-                              decoder_settings=settings)
+    evaluation = evaluate_run(run, split, choice, checkpoint, progress=not no_progress)
     _show(evaluation, json_file)
 
 

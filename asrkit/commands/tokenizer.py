@@ -35,7 +35,7 @@ def build_command(dataset: str, split: str, name: str, vocab_size: int | None,
     asrkit tokenizer build --dataset librispeech --vocab-size 256 -o tok.model
     asrkit train --model conformer --dataset librispeech -o tokenizer=tok.model
     """
-    from asrkit.settings import split_pair
+    from asrkit.config.overrides import split_pair
     from asrkit.tokenizers import build_tokenizer
 
     pairs = [split_pair(pair) for pair in settings]

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from asrkit.train.precision import PRECISIONS
+from asrkit.config.train import PRECISIONS
 
 
 @click.command("train")
@@ -58,10 +58,11 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
     """
     import contextlib
 
+    from asrkit.config.overrides import parse_overrides
+    from asrkit.config.run import build_run_config
     from asrkit.errors import AsrkitError
     from asrkit.locks import folder_lock
-    from asrkit.runs import load_run, new_run, override_run, same_run
-    from asrkit.train.config import TrainConfig
+    from asrkit.runs import load_run, new_run, resume_run, same_run
     from asrkit.train.strategy import is_chief, set_cluster
 
     if (workers is None) != (worker_index is None):
@@ -70,11 +71,12 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
         set_cluster(workers, worker_index or 0)
     if resume and init_from:
         raise AsrkitError("--init-from starts a new run, --resume continues one: not both")
+    settings = parse_overrides(overrides)  # the one reading of -o
     if resume:
         folder = resume
     else:
         if init_from:  # the source's model and feature settings, unless -o says otherwise
-            from asrkit.train.finetune import parse_init_from, prepare, source_overrides
+            from asrkit.train.finetune import parse_init_from, prepare, source_settings
 
             source = parse_init_from(init_from)
             source_run = load_run(source.folder)
@@ -82,14 +84,15 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
                 raise AsrkitError(f"--init-from {source.folder} is a {source_run.train.model} "
                                   f"run, not {model}: the model must be the same")
             model = source_run.train.model
-            overrides = (*source_overrides(source_run), *overrides)
+            settings = source_settings(source_run) + settings
         named: dict[str, Any] = {
             "model": model, "dataset": dataset, "epochs": epochs, "batch_size": batch_size,
             "learning_rate": learning_rate, "devices": devices, "seed": seed,
             "precision": precision,
         }
-        given = {k: v for k, v in named.items() if v is not None}
-        run = new_run(TrainConfig(**given), list(overrides), run_dir, named=given)
+        config, preset_note = build_run_config(
+            {k: v for k, v in named.items() if v is not None}, settings)
+        run = new_run(config, run_dir, preset_note)
         if init_from:
             try:
                 run, note = prepare(run, source_run, source)
@@ -111,7 +114,7 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
         if resume:
             run = load_run(resume)
             if overrides:
-                run = override_run(run, list(overrides))
+                run = resume_run(run, settings)
                 if is_chief():
                     run.save()
         elif (run.folder / "config.json").exists():

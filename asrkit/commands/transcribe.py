@@ -49,6 +49,7 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     converted to 16 kHz mono on the fly. A file that cannot be read is reported on one line and
     the others still transcribe; the exit status is then 1.
     """
+    from asrkit.config.overrides import parse_decoder_choice
     from asrkit.transcribe import (
         Options,
         audio_files,
@@ -57,11 +58,12 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
         transcribe_files,
     )
 
+    choice = parse_decoder_choice(decoder, settings)  # the one reading of --decoder and -o
     files = list(audio_files(inputs))
     if not files:
         raise AsrkitError("no audio files found in " + ", ".join(map(str, inputs)))
     recognizer = load_recognizer(model, checkpoint)
-    chosen, warning = resolve_decoder(decoder, recognizer, settings)
+    chosen, warning = resolve_decoder(choice, recognizer)
     if warning:
         click.echo(f"asrkit: warning: {warning}", err=True)
     options = Options(chunk_seconds, overlap_seconds, progress=not no_progress)

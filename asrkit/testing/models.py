@@ -271,7 +271,7 @@ def check_export(folder: Path, formats: Sequence[str] = ("savedmodel", "tflite")
 
     from asrkit.export import ExportedModel, export_run
     from asrkit.graph import make_logits_fn
-    from asrkit.runs import load_run_model
+    from asrkit.restore import load_run_model
     from asrkit.transcribe import load_audio
 
     if audio is None:
@@ -302,18 +302,20 @@ def make_tiny_run(folder: Path, seed: int = 3) -> Path:
     import keras
     import numpy as np
 
-    from asrkit.data.pipeline import PipelineConfig
+    from asrkit.config.pipeline import PipelineConfig
+    from asrkit.config.run import RunConfig
+    from asrkit.config.train import TrainConfig
     from asrkit.features import MFCCConfig
     from asrkit.graph import make_logits_fn
     from asrkit.models.brnn import BRNNConfig
     from asrkit.runs import Run
     from asrkit.text import Alphabet
     from asrkit.train.checkpoints import Checkpoints
-    from asrkit.train.config import TrainConfig
     from asrkit.transcribe import load_audio
 
-    run = Run(folder, TrainConfig(model="brnn"), BRNNConfig(**TINY_BRNN), MFCCConfig(),
-              PipelineConfig(), Alphabet())
+    config = RunConfig(TrainConfig(model="brnn"), BRNNConfig(**TINY_BRNN), MFCCConfig(),
+                       PipelineConfig())
+    run = Run(folder, config, Alphabet())
     run.save()
     keras.utils.set_random_seed(seed)
     model = run.spec.build(run.model_config, 26, run.labels.num_classes)
@@ -338,8 +340,9 @@ def check_model(model: str | ModelSpec, folder: str | Path, dataset: str | Path,
     ``tiny_dataset`` fixture) into ``folder``, then an export in each of ``formats``
     (``formats=("savedmodel",)`` for a model TFLite's built-in operations cannot run)."""
     from asrkit import plugins
+    from asrkit.config.overrides import parse_overrides
+    from asrkit.config.run import build_run_config
     from asrkit.runs import new_run
-    from asrkit.train.config import TrainConfig
 
     name = model if isinstance(model, str) else model.name
     spec = plugins.get("model", name)
@@ -347,7 +350,9 @@ def check_model(model: str | ModelSpec, folder: str | Path, dataset: str | Path,
         f"the model registered as {name!r} is {type(spec).__qualname__}, not "
         f"{type(model).__qualname__}: install the plugin (or use the make_plugins fixture)")
     folder = Path(folder)
-    run = new_run(TrainConfig(model=name, dataset=str(dataset)), list(settings), folder)
+    config, _ = build_run_config({"model": name, "dataset": str(dataset)},
+                                 parse_overrides(settings))
+    run = new_run(config, folder)
     num_features = run.extractor.num_features(run.feature_config)
     num_classes = run.labels.num_classes
     keras_model = build_model(spec, run.model_config, num_features, num_classes, seed)

@@ -34,8 +34,8 @@ from tqdm import tqdm
 from asrkit.ctc import frames_needed
 from asrkit.data.pipeline import PaddingMeter
 from asrkit.errors import AsrkitError
-from asrkit.evaluate import Evaluation, evaluate_dataset, make_predict, write_report
 from asrkit.frames import fits, frame_seconds
+from asrkit.scoring import Evaluation, evaluate_dataset, make_predict, write_report
 from asrkit.settings import MAX_SEED
 from asrkit.train import schedules
 from asrkit.train.checkpoints import Checkpoints, append_metrics

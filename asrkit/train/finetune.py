@@ -22,8 +22,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from asrkit.config.overrides import Overrides, Setting
+from asrkit.config.run import typed_settings
 from asrkit.errors import AsrkitError
-from asrkit.settings import format_value, to_dict
+from asrkit.runs import Run
+from asrkit.settings import to_dict
 from asrkit.train.checkpoints import KINDS, Checkpoints
 
 
@@ -63,16 +66,13 @@ def _has_checkpoint(folder: Path, kind: str) -> bool:
     return checkpoints.is_dir() and Checkpoints(checkpoints).state(kind) is not None
 
 
-def source_overrides(source: Any) -> list[str]:
-    """``-o`` pairs giving a new run the source run's feature extractor, model and feature
-    settings; the user's own ``-o`` come after them and win (the sizes check then says if
-    they do not fit)."""
-
-    pairs = [f"features={source.train.features}"]  # the extractor, then its settings
-    for section, config in (("model", source.model_config), ("features", source.feature_config)):
-        pairs += [f"{section}.{key}={format_value(value)}"
-                  for key, value in to_dict(config).items()]
-    return pairs
+def source_settings(source: Run) -> Overrides:
+    """Settings giving a new run the source run's feature extractor, model and feature
+    settings, typed; the user's own ``-o`` come after them and win (the sizes check then says
+    if they do not fit)."""
+    return (Overrides((Setting("train", "features", source.train.features),))
+            + typed_settings("model", source.model_config)
+            + typed_settings("features", source.feature_config))
 
 
 def layer_weights(model: Any) -> dict[str, Any]:
@@ -94,11 +94,11 @@ def _shapes(model: Any) -> dict[str, list[tuple[int, ...]]]:
             for name, layer in layer_weights(model).items()}
 
 
-def _build(run: Any, num_classes: int) -> Any:
+def _build(run: Run, num_classes: int) -> Any:
     return run.spec.build(run.model_config, run.num_features(), num_classes)
 
 
-def prepare(run: Any, source_run: Any, source: InitSource) -> tuple[Any, str]:
+def prepare(run: Run, source_run: Run, source: InitSource) -> tuple[Run, str]:
     """``run`` set to start from ``source``, and the line to print when the labels differ
     (another alphabet or tokenizer; else ""). Refuses another model, other sizes, and unknown
     ``init_reset`` and ``freeze`` names."""
@@ -129,10 +129,10 @@ def prepare(run: Any, source_run: Any, source: InitSource) -> tuple[Any, str]:
         note = (f"the {what} differs from {source.folder}'s ({source_run.labels.size} "
                 f"symbols there, {run.labels.size} here): the output layer "
                 f"{', '.join(output)} starts afresh")
-    return replace(run, train=train), note
+    return replace(run, config=replace(run.config, train=train)), note
 
 
-def _differences(source_run: Any, run: Any, layer: str, theirs: dict[str, Any],
+def _differences(source_run: Run, run: Run, layer: str, theirs: dict[str, Any],
                  mine: dict[str, Any]) -> str:
     """The model and feature settings that differ, else the first layer's shapes."""
 

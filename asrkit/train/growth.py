@@ -18,7 +18,6 @@ checkpoint was saved with and restores it exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from itertools import pairwise
 from typing import Any
 
 from asrkit.errors import AsrkitError
@@ -84,13 +83,6 @@ def saved_model_config(run: Any, kind: str = "latest") -> Any:
         if state is not None:
             return growth.config_at(run.model_config, int(state.get("epoch", 0)))
     return growth.config_at(run.model_config, 0)
-
-
-def check_schedule(epochs: tuple[int, ...]) -> None:
-    """``grow_epochs`` must list epochs (from 1) in increasing order, each once."""
-    if any(b <= a for a, b in pairwise(epochs)):
-        raise AsrkitError(f"grow_epochs={','.join(map(str, epochs))}: list the epochs in "
-                          "increasing order, each once")
 
 
 def carry_over(old: Any, new: Any) -> int:

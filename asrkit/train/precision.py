@@ -1,6 +1,6 @@
 """The arithmetic a run trains in: float32, or mixed precision (float32 weights, 16-bit products).
 
-``precision`` (a training setting) is one of :data:`PRECISIONS`:
+``precision`` (a training setting) is one of :data:`asrkit.config.train.PRECISIONS`:
 
 - ``float32``: everything in float32.
 - ``mixed_float16``: Keras' mixed precision with float16 products and loss scaling: for GPUs
@@ -28,7 +28,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 #: The /proc/cpuinfo flag of AMX's bfloat16 tile multiply.
 AMX_FLAG = "amx_bf16"
 #: The /proc/cpuinfo flag of AVX-512's bfloat16 dot products (no tiles; measured faster than

@@ -2,18 +2,20 @@
 
 A model's default sizes are the paper's, meant for GPUs; on a CPU they train at a few seconds a
 step and show nothing for an hour. So a model declares presets (``ModelSpec.presets``): settings
-in ``-o`` form, e.g. a ``cpu`` preset of smaller widths, a learning rate with warm-up, and dev
-evaluations every few minutes. ``-o preset=auto`` (the default) picks ``full`` where a GPU is
-visible (and not ``--devices cpu``), ``cpu`` where not; ``-o preset=NAME`` picks one by name and
-``-o preset=none`` trains on the model's ``Config`` defaults alone. Every setting the user gives
-(``-o`` or a named option such as ``--batch-size``) wins over the preset's. The run's
-``config.json`` records the chosen preset and every resolved value.
+keyed as ``-o`` names them, valued as the command line writes them or typed, e.g. a ``cpu``
+preset of smaller widths, a learning rate with warm-up, and dev evaluations every few minutes.
+``-o preset=auto`` (the default) picks ``full`` where a GPU is visible (and not ``--devices
+cpu``), ``cpu`` where not; ``-o preset=NAME`` picks one by name and ``-o preset=none`` trains on
+the model's ``Config`` defaults alone. Every setting the user gives (``-o`` or a named option
+such as ``--batch-size``) wins over the preset's. The run's ``config.json`` records the chosen
+preset and every resolved value.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from asrkit.config.overrides import Overrides, typed_overrides
 from asrkit.errors import AsrkitError
 
 #: Chosen by ``auto`` where GPUs are visible / where not.
@@ -39,11 +41,9 @@ def choose_preset(spec: Any, requested: str, devices: str = "") -> tuple[str, st
                         f"{GPU_PRESET} for the full ones)")
 
 
-def preset_overrides(spec: Any, name: str) -> list[str]:
-    """The preset's settings as ``-o`` pairs, ``train.`` keys without their prefix."""
-    if not name:
-        return []
-    return [f"{key.removeprefix('train.')}={value}" for key, value in spec.presets[name].items()]
+def preset_settings(spec: Any, name: str) -> Overrides:
+    """The settings of ``spec``'s preset ``name`` (none for ``""``), parsed as ``-o`` is."""
+    return typed_overrides(spec.presets[name]) if name else Overrides()
 
 
 def visible_gpus() -> int:

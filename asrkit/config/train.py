@@ -1,40 +1,20 @@
-"""Training configuration: frozen dataclasses with their defaults in one place.
+"""How to train (``-o KEY=VALUE``, the ``train`` section of a run's configuration).
 
-A run is described by five sections, each a dataclass: ``train`` (:class:`TrainConfig`), ``model``
-(the model's own ``Config``), ``features`` (the feature extractor's ``Config``), ``pipeline``
-(:class:`asrkit.data.pipeline.PipelineConfig`) and ``decoder`` (the decoder's ``Config``: the
-decoder that scores the dev split and writes the report). The command line overrides any field
-with ``-o section.field=value`` (``-o field=value`` means ``train.field``, so ``-o decoder=beam``
-chooses the decoder and ``-o decoder.beam_width=8`` sets one of its settings); an unknown key is
-an error. The effective configuration is saved as ``config.json`` in the run directory.
-
-How a setting is declared, typed, checked and parsed is :mod:`asrkit.settings`, shared by every
-kind of config; this module holds only what is about training. :func:`check_names` checks the
-plugin names a run uses (model, feature extractor, decoder) against what is installed, before
-any training.
+Optimiser, schedule, stopping, checkpoint and evaluation cadence, devices and precision: what
+the training engine (:mod:`asrkit.train`) reads, declared here with the other sections so that
+a run's configuration is built and checked before anything heavy is imported.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from asrkit.errors import AsrkitError
-from asrkit.settings import (  # noqa: F401  (re-exported: older imports of these names)
-    FALSE,
-    MAX_SEED,
-    NONE,
-    RANGE,
-    TRUE,
-    Range,
-    from_dict,
-    override,
-    setting,
-    split_pair,
-    to_dict,
-    validate,
-)
-from asrkit.train.precision import PRECISIONS
+from asrkit.settings import MAX_SEED, setting, validate
 
+#: The arithmetic of training (:mod:`asrkit.train.precision`).
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 #: ``devices``: every GPU (empty), the CPU, GPU indices, or explicit device names.
 DEVICES_PATTERN = r"\s*(|cpu|\d+(\s*,\s*\d+)*|/[^,]+(,\s*/[^,]+)*)\s*"
 #: The sections of a run's configuration, as ``-o SECTION.KEY=VALUE`` names them.
@@ -108,7 +88,7 @@ class TrainConfig:
     #: besides every epoch end and the stop; the best checkpoint is chosen among them all.
     eval_every_minutes: float = setting(0.0, min=0)
     eval_every_steps: int = setting(0, min=0)
-    #: The model's size preset (:mod:`asrkit.presets`): auto (``full`` on GPUs, ``cpu`` on a
+    #: The model's size preset (:mod:`asrkit.config.presets`): auto (``full`` on GPUs, ``cpu`` on a
     #: CPU), a preset's name, or none. A run records the one it used.
     preset: str = setting("auto", pattern=r"[A-Za-z0-9_.-]+")
     #: Micro-batches whose gradients make one update: K batches of B train as one of K*B.
@@ -146,32 +126,6 @@ class TrainConfig:
         validate(self)
         if self.lr_schedule == "noam" and not self.warmup_steps:
             raise AsrkitError("lr_schedule=noam needs warmup_steps >= 1 (its peak)")
-        if self.grow_epochs:
-            from asrkit.train.growth import check_schedule
-
-            check_schedule(self.grow_epochs)
-
-
-def check_names(train: TrainConfig) -> None:
-    """Check that the model, its feature extractor and the decoder that ``train`` names are
-    installed, so that a misspelt name stops a run before any work (not after an epoch, when
-    the dev evaluation first needs the decoder). The error lists the installed names."""
-    from asrkit import plugins
-
-    spec = plugins.get("model", train.model)
-    plugins.get("feature", train.features or spec.features)
-    plugins.get("decoder", train.decoder)
-
-
-def split_overrides(pairs: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """``["model.n_hidden=100", "epochs=3"]`` -> ``{"model": [("n_hidden", "100")], "train":
-    [("epochs", "3")]}``."""
-    sections: dict[str, list[tuple[str, str]]] = {}
-    for pair in pairs:
-        key, value = split_pair(pair)
-        section, dot, name = key.rpartition(".")
-        section = section if dot else "train"
-        if section not in SECTIONS:
-            raise AsrkitError(f"-o {pair}: unknown section {section!r} ({', '.join(SECTIONS)})")
-        sections.setdefault(section, []).append((name, value))
-    return sections
+        if any(b <= a for a, b in pairwise(self.grow_epochs)):
+            raise AsrkitError(f"grow_epochs={','.join(map(str, self.grow_epochs))}: list the "
+                              "epochs in increasing order, each once")

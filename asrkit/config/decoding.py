@@ -1,0 +1,64 @@
+"""The one way every command picks a decoder and sets its settings, using only the
+:class:`~asrkit.types.Decoder` contract (``Config``, ``config``, ``with_config``).
+
+``asrkit train`` records its decoder (``train.decoder``) and that decoder's settings (the
+``decoder`` section of ``config.json``); the dev evaluations and the final report use them.
+``evaluate``, ``evaluate --watch``, ``evaluate --grid`` and ``transcribe`` start from that same
+decoder, or the one ``--decoder``/``-o decoder=NAME`` names, and apply ``-o decoder.KEY=VALUE``
+over its settings: :func:`choose_decoder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from asrkit import plugins
+from asrkit.config.overrides import DECODER_PREFIX, DecoderChoice
+from asrkit.errors import AsrkitError
+from asrkit.labels import Labels
+from asrkit.settings import apply, from_dict
+from asrkit.types import Decoder
+
+
+def decoder_settings(name: str, pairs: Iterable[tuple[str, Any]] = (),
+                     base: Any = None) -> Any:
+    """The ``Config`` of the installed decoder ``name``: ``base`` (one of its configs, or a run's
+    saved JSON section) or its defaults, with ``pairs`` applied; unknown keys are errors."""
+    decoder = plugins.get("decoder", name)
+    if isinstance(base, Mapping):
+        base = from_dict(type(decoder.config), dict(base))
+    return apply(decoder.config if base is None else base, pairs, DECODER_PREFIX)
+
+
+def with_settings(decoder: Decoder, pairs: Iterable[tuple[str, Any]]) -> Decoder:
+    """``decoder`` with ``pairs`` applied over its settings (a new decoder, via
+    ``with_config``; the same one when nothing changes)."""
+    changed = apply(decoder.config, pairs, DECODER_PREFIX)
+    return decoder if changed == decoder.config else decoder.with_config(changed)
+
+
+def choose_decoder(choice: DecoderChoice, default: str, default_config: Any = None) -> Decoder:
+    """The decoder ``choice`` names, else ``default`` (a run's or an export's decoder), with
+    ``choice.settings`` applied over ``default_config`` (a config of ``default``, or its JSON)
+    when it is ``default``, else over the chosen decoder's own defaults."""
+    name = choice.name or default
+    decoder = plugins.get("decoder", name)
+    if name == default and default_config is not None:
+        config = decoder_settings(name, base=default_config)
+        decoder = decoder if config == decoder.config else decoder.with_config(config)
+    return with_settings(decoder, choice.settings)
+
+
+def try_decoder(decoder: Decoder, labels: Labels) -> None:
+    """Decode one blank frame with ``decoder``, so that what it needs and lacks (a language
+    model file, a word-start symbol among the labels) stops a command at its start, not after an
+    epoch."""
+    import numpy as np
+
+    logits = np.zeros((1, 1, labels.num_classes), dtype=np.float32)
+    logits[0, 0, labels.blank] = 10.0
+    texts = decoder.decode(logits, np.array([1]), labels)
+    if len(texts) != 1:
+        raise AsrkitError(f"the {decoder.name} decoder returned {len(texts)} texts for 1 "
+                          "utterance")

@@ -1,0 +1,110 @@
+"""How the input pipeline makes batches (``-o pipeline.KEY=VALUE``): a section of a run's
+configuration, kept beside the others so that building a run's configuration needs no
+TensorFlow and no input pipeline (:mod:`asrkit.data.pipeline` reads it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from asrkit.errors import AsrkitError
+from asrkit.settings import MAX_SEED, setting, validate
+
+#: ``tf.data.AUTOTUNE``, without importing TensorFlow.
+AUTOTUNE = -1
+
+
+class PipelineError(AsrkitError):
+    """A dataset that cannot be read as asked (no shards, bad options)."""
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """How batches are made. Defaults suit training; :meth:`for_evaluation` suits evaluation."""
+
+    #: Utterances a batch, per input pipeline (per replica under ``tf.distribute``).
+    batch_size: int = setting(16, min=1)
+    #: Batch by duration instead: at most this many seconds of *padded* audio a batch (its
+    #: longest utterance's length times its utterances), per input pipeline; 0 = off (batches
+    #: of ``batch_size``). Each length bucket gets the batch size that fits its longest length.
+    batch_seconds: float = setting(0.0, min=0)
+    #: Group utterances by length before batching (much less padding).
+    bucketing: bool = True
+    #: Bucket edges in seconds of audio; empty: :data:`num_buckets` quantiles of the split's
+    #: lengths (from ``<split>.csv``'s ``wav_filesize``, else a scan of the shards).
+    bucket_boundaries: tuple[float, ...] = setting((), above=0)
+    num_buckets: int = setting(16, min=1)
+    shuffle: bool = True
+    #: Utterances (their features, not audio) held for shuffling.
+    shuffle_buffer: int = setting(1024, min=1)
+    #: Seeds shuffling and augmentation; None draws a fresh seed each run.
+    seed: int | None = setting(0, min=0, max=MAX_SEED)
+    #: Same seed -> same batches in the same order (slightly slower: no out-of-order results).
+    deterministic: bool = False
+    #: "none", "memory", or a directory for cache files (features before shuffling and
+    #: SpecAugment; the parsed audio instead when speed perturbation is on).
+    cache: str = "none"
+    #: Frames of context each side stacked onto every frame (Deep Speech: 9); 0 = none. Models
+    #: usually do this themselves on the accelerator with :func:`asrkit.features.context_windows`.
+    context: int = setting(0, min=0)
+    #: SpecAugment (off while ``freq_masks`` and ``time_masks`` are 0).
+    freq_masks: int = setting(0, min=0)
+    freq_mask_width: int = setting(27, min=0)
+    time_masks: int = setting(0, min=0)
+    time_mask_width: int = setting(100, min=0)
+    time_mask_max_ratio: float = setting(0.2, min=0, max=1)
+    #: Speed perturbation factors drawn uniformly per utterance, e.g. (0.9, 1.0, 1.1); () = off.
+    speed_factors: tuple[float, ...] = setting((), above=0)
+    #: Pitch perturbation: (low, high) semitones, drawn uniformly per utterance; () = off.
+    pitch_semitones: tuple[float, ...] = setting((), min=-12, max=12)
+    #: Additive noise: (low, high) signal-to-noise ratio in dB, drawn per utterance; () = off.
+    noise_snr_db: tuple[float, ...] = setting((), min=-20, max=100)
+    #: A folder of 16 kHz noise recordings (WAV/FLAC) to mix in; "" = synthesised noise.
+    noise_folder: str = ""
+    #: Add ``ids`` and ``transcripts`` to each batch (for evaluation reports).
+    with_text: bool = False
+    #: Parallel calls of the per-utterance maps; -1 lets tf.data tune it.
+    parallel_calls: int = setting(AUTOTUNE, min=AUTOTUNE)
+    #: Batches prepared ahead; -1 lets tf.data tune it.
+    prefetch: int = setting(AUTOTUNE, min=AUTOTUNE)
+
+    def __post_init__(self) -> None:
+        validate(self, PipelineError)
+        if list(self.bucket_boundaries) != sorted(set(self.bucket_boundaries)):
+            raise PipelineError("bucket_boundaries must be increasing positive seconds, not "
+                                f"{','.join(map(str, self.bucket_boundaries))}")
+        if self.parallel_calls == 0:
+            raise PipelineError("setting parallel_calls=0 is not allowed: must be -1 (tuned by "
+                                "tf.data) or >= 1")
+        for name in ("pitch_semitones", "noise_snr_db"):
+            value = getattr(self, name)
+            if value and (len(value) != 2 or value[0] > value[1]):
+                raise PipelineError(f"{name} must be a range LOW,HIGH, not {value}")
+        if self.batch_seconds and not self.bucketing:
+            raise PipelineError("batch_seconds needs bucketing=true (each length bucket's batch "
+                                "size is what fits the budget)")
+        if self.noise_folder and not self.noise_snr_db:
+            raise PipelineError("noise_folder needs noise_snr_db (the range of SNRs to mix at)")
+
+    @property
+    def spec_augment(self) -> bool:
+        return self.freq_masks > 0 or self.time_masks > 0
+
+    @property
+    def audio_augment(self) -> bool:
+        """Whether the audio itself changes each epoch (speed, pitch or noise)."""
+        return bool(self.speed_factors or self.pitch_semitones or self.noise_snr_db)
+
+    def for_evaluation(self) -> PipelineConfig:
+        """The same batching without shuffling or augmentation, in a fixed order, with text."""
+        return replace(
+            self,
+            shuffle=False,
+            deterministic=True,
+            freq_masks=0,
+            time_masks=0,
+            speed_factors=(),
+            pitch_semitones=(),
+            noise_snr_db=(),
+            noise_folder="",
+            with_text=True,
+        )
