@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
+from asrkit.models.presets import LOGMEL_FULL
 from asrkit.settings import setting, validate
 from asrkit.types import AcousticModel, ModelSpec
 
@@ -151,10 +152,8 @@ class Conformer(ModelSpec):
     #: (1.8 M) learns small datasets within minutes on a 2-core CPU; ``tiny`` is for tests.
     presets: ClassVar[dict[str, dict[str, str]]] = {
         # As ds2's: each log-mel bin normalised over the utterance, speed perturbation and
-        # SpecAugment's LibriSpeech "LD" masks (the paper trains with SpecAugment too).
-        "full": {"features.normalize": "feature", "pipeline.speed_factors": "0.9,1.0,1.1",
-                 "pipeline.freq_masks": "2", "pipeline.freq_mask_width": "27",
-                 "pipeline.time_masks": "2", "pipeline.time_mask_width": "100"},
+        # SpecAugment (the paper trains with SpecAugment too).
+        "full": dict(LOGMEL_FULL),
         "cpu": {
             "model.d_model": "128",
             "model.num_blocks": "4",

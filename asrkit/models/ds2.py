@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from asrkit import hookimpl
+from asrkit.models.presets import LOGMEL_FULL
 from asrkit.settings import setting, validate
 from asrkit.types import ModelSpec
 
@@ -79,12 +80,8 @@ class DS2(ModelSpec):
     #: Pretraining by growth adds bidirectional GRU layers (``bigru<i>``).
     growable = "rnn_layers"
     presets: ClassVar[dict[str, dict[str, str]]] = {
-        # Deep Speech 2's spectrogram normalisation (each log-mel bin to zero mean and unit
-        # variance over the utterance), and the augmentation long GPU runs profit from: Kaldi's
-        # speed perturbation and SpecAugment's LibriSpeech "LD" masks.
-        "full": {"features.normalize": "feature", "pipeline.speed_factors": "0.9,1.0,1.1",
-                 "pipeline.freq_masks": "2", "pipeline.freq_mask_width": "27",
-                 "pipeline.time_masks": "2", "pipeline.time_mask_width": "100"},
+        # Deep Speech 2's spectrogram normalisation and the augmentation of long GPU runs.
+        "full": dict(LOGMEL_FULL),
         # Learns within minutes on a 2-core CPU (docs/models.md has the measurements): time
         # subsampled by 4 and 40 mel bins cut the recurrent and convolution work 2.6x and 1.7x.
         # The rate decays over the run's time budget (or epochs): at a constant 0.003 the dev
