@@ -19,12 +19,15 @@ padded lengths (odd ones at stride 2) and a frame earlier for the others.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from asrkit import hookimpl
 from asrkit.models.presets import LOGMEL_FULL
 from asrkit.settings import setting, validate
-from asrkit.types import ModelSpec
+from asrkit.types import AcousticModel, ModelSpec
+
+if TYPE_CHECKING:
+    from asrkit.hookspecs import Register
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class DS2(ModelSpec):
     def time_stride(self, config: DS2Config) -> int:
         return config.time_stride
 
-    def build(self, config: DS2Config, num_features: int, num_classes: int) -> Any:
+    def build(self, config: DS2Config, num_features: int, num_classes: int) -> AcousticModel:
         import keras
         import tensorflow as tf
 
@@ -126,7 +129,8 @@ class DS2(ModelSpec):
                 self.dropout = keras.layers.Dropout(config.dropout)
                 self.logits = keras.layers.Dense(num_classes, name="logits")
 
-            def call(self, inputs: Any, training: bool = False) -> Any:
+            def call(self, inputs: tuple[tf.Tensor, tf.Tensor],
+                     training: bool = False) -> tf.Tensor:
                 features, lengths = inputs
                 # expand_dims, not [..., None]: TFLite's built-in StridedSlice has no new axes.
                 mask = tf.sequence_mask(lengths, tf.shape(features)[1], features.dtype)
@@ -152,5 +156,5 @@ class DS2(ModelSpec):
 
 
 @hookimpl
-def register_models(register: Any) -> None:
+def register_models(register: Register) -> None:
     register(DS2())
