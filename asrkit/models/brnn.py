@@ -18,11 +18,14 @@ stacked inside the model, on the accelerator, so the input pipeline ships plain 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from asrkit import hookimpl
 from asrkit.settings import setting, validate
-from asrkit.types import ModelSpec
+from asrkit.types import AcousticModel, ModelSpec
+
+if TYPE_CHECKING:
+    from asrkit.hookspecs import Register
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class BRNNConfig:
         validate(self)
 
 
-def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
+def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> AcousticModel:
     import keras
     import tensorflow as tf
 
@@ -63,7 +66,7 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
         tower_devices,
     )
 
-    def dense(units: int, name: str, override: float) -> Any:
+    def dense(units: int, name: str, override: float) -> keras.layers.Dense:
         std = override or config.init_stddev
         return keras.layers.Dense(units, name=name, kernel_initializer=normal_init(std),
                                   bias_initializer=normal_init(std))
@@ -81,7 +84,7 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Any:
             self.logits = dense(num_classes, "logits", config.logits_stddev)
             self.dropout = keras.layers.Dropout(config.dropout)
 
-        def call(self, inputs: Any, training: bool = False) -> Any:
+        def call(self, inputs: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
             features, lengths = inputs
             # Padded frames zeroed: the context windows of an utterance's last frames then see
             # the zeros they see alone, whatever the batch was padded with.
@@ -115,10 +118,10 @@ class BRNN(ModelSpec):
                 "train.eval_every_minutes": "3"},
     }
 
-    def build(self, config: BRNNConfig, num_features: int, num_classes: int) -> Any:
+    def build(self, config: BRNNConfig, num_features: int, num_classes: int) -> AcousticModel:
         return build_brnn(config, num_features, num_classes)
 
 
 @hookimpl
-def register_models(register: Any) -> None:
+def register_models(register: Register) -> None:
     register(BRNN())

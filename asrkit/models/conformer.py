@@ -44,12 +44,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from asrkit import hookimpl
 from asrkit.errors import AsrkitError
+from asrkit.models.presets import LOGMEL_FULL
 from asrkit.settings import setting, validate
-from asrkit.types import ModelSpec
+from asrkit.types import AcousticModel, ModelSpec
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from asrkit.hookspecs import Register
 
 
 @dataclass(frozen=True)
@@ -83,13 +89,13 @@ SUBSAMPLING_STRIDE = 2
 SUBSAMPLING_KERNEL = 3
 
 
-def subsampled_length(length: Any) -> Any:
+def subsampled_length(length: int | tf.Tensor) -> int | tf.Tensor:
     """Frames out of one stride-2 subsampling convolution: ``ceil(length / 2)`` (python ints or
     tensors)."""
     return (length + SUBSAMPLING_STRIDE - 1) // SUBSAMPLING_STRIDE
 
 
-def rel_shift(scores: Any) -> Any:
+def rel_shift(scores: tf.Tensor) -> tf.Tensor:
     """Scores ``[B, H, T, 2T-1]`` against relative positions ``T-1 .. -(T-1)`` rearranged to
     ``[B, H, T, T]``, where ``[i, j]`` is the score for position ``i - j``.
 
@@ -105,7 +111,7 @@ def rel_shift(scores: Any) -> Any:
     return shifted[:, :, :, :frames]
 
 
-def relative_positions(frames: Any, d_model: int) -> Any:
+def relative_positions(frames: int | tf.Tensor, d_model: int) -> tf.Tensor:
     """Sinusoidal encodings ``[2T-1, d_model]`` of the relative positions ``T-1, ..., -(T-1)``
     (float32)."""
     import numpy as np
@@ -121,173 +127,16 @@ def relative_positions(frames: Any, d_model: int) -> Any:
     return encoding
 
 
-def build_conformer(config: ConformerConfig, num_features: int, num_classes: int) -> Any:
-    import keras
+def build_conformer(config: ConformerConfig, num_features: int,
+                    num_classes: int) -> AcousticModel:
+    """The Keras model for ``config``, its variables created. Its layers are in
+    :mod:`asrkit.models.conformer_layers`, imported here: they import Keras and TensorFlow,
+    which this plugin module must not at import (``asrkit --help`` imports it)."""
     import tensorflow as tf
 
-    d_model, heads = config.d_model, config.num_heads
-    head_dim = d_model // heads
+    from asrkit.models.conformer_layers import Conformer as ConformerModel
 
-    def swish(x: Any) -> Any:
-        return x * tf.sigmoid(x)
-
-    def frame_mask(lengths: Any, frames: Any, dtype: Any) -> Any:
-        """``[B, T, 1]``: 1 on an utterance's frames, 0 on padding."""
-        return tf.sequence_mask(lengths, frames, dtype=dtype)[:, :, None]
-
-    class Layer(keras.layers.Layer):
-        """A layer whose sublayers build themselves in its first (eager) call. Without a
-        ``build`` of its own, Keras would first trace ``call`` symbolically to build it, at every
-        level of nesting: several times slower than the call itself."""
-
-        def build(self, input_shape: Any) -> None:
-            pass
-
-    class Subsampling(Layer):
-        """Two 3x3 convolutions striding time and frequency by 2, ReLU, then Dense to d_model.
-
-        Padding is explicit (one zero frame each side), so output frame ``i`` always reads input
-        frames ``2i-1 .. 2i+1`` whatever the padded batch's length; outputs past each
-        utterance's length are zeroed before the next convolution reads them."""
-
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            c, k, s = config.subsampling_channels, SUBSAMPLING_KERNEL, SUBSAMPLING_STRIDE
-            self.conv1 = keras.layers.Conv2D(c, k, s, padding="valid", name="conv1")
-            self.conv2 = keras.layers.Conv2D(c, k, s, padding="valid", name="conv2")
-            self.project = keras.layers.Dense(d_model, name="project")
-            self.dropout = keras.layers.Dropout(config.dropout)
-
-        def call(self, features: Any, lengths: Any, training: bool = False) -> Any:
-            pad = SUBSAMPLING_KERNEL // 2
-            x = features * frame_mask(lengths, tf.shape(features)[1], features.dtype)
-            x = x[:, :, :, None]
-            for conv in (self.conv1, self.conv2):
-                x = tf.nn.relu(conv(tf.pad(x, [[0, 0], [pad, pad], [pad, pad], [0, 0]])))
-                lengths = subsampled_length(lengths)
-                x = x * frame_mask(lengths, tf.shape(x)[1], x.dtype)[:, :, :, None]
-            shape = tf.shape(x)
-            x = tf.reshape(x, [shape[0], shape[1], x.shape[2] * x.shape[3]])
-            return self.dropout(self.project(x), training=training)
-
-    class FeedForward(Layer):
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self.norm = keras.layers.LayerNormalization(epsilon=1e-5, name="norm")
-            self.expand = keras.layers.Dense(config.ff_multiplier * d_model, name="expand")
-            self.contract = keras.layers.Dense(d_model, name="contract")
-            self.dropout = keras.layers.Dropout(config.dropout)
-
-        def call(self, x: Any, training: bool = False) -> Any:
-            x = self.dropout(swish(self.expand(self.norm(x))), training=training)
-            return self.dropout(self.contract(x), training=training)
-
-    class RelativeSelfAttention(Layer):
-        """Multi-head self-attention with Transformer-XL relative positions; padded keys get no
-        weight."""
-
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self.norm = keras.layers.LayerNormalization(epsilon=1e-5, name="norm")
-            self.query = keras.layers.Dense(d_model, name="query")
-            self.key = keras.layers.Dense(d_model, name="key")
-            self.value = keras.layers.Dense(d_model, name="value")
-            self.position = keras.layers.Dense(d_model, use_bias=False, name="position")
-            self.output_dense = keras.layers.Dense(d_model, name="output")
-            self.attention_dropout = keras.layers.Dropout(config.attention_dropout)
-            self.dropout = keras.layers.Dropout(config.dropout)
-
-        def build(self, input_shape: Any) -> None:
-            init = keras.initializers.GlorotUniform()
-            # Transformer-XL's u (content bias) and v (position bias), one per head.
-            self.content_bias = self.add_weight(name="content_bias", shape=(heads, head_dim),
-                                                initializer=init)
-            self.position_bias = self.add_weight(name="position_bias", shape=(heads, head_dim),
-                                                 initializer=init)
-
-        def _heads(self, x: Any, batch: Any) -> Any:
-            """``[B, T, d]`` -> ``[B, H, T, d/H]``."""
-            return tf.transpose(tf.reshape(x, [batch, -1, heads, head_dim]), [0, 2, 1, 3])
-
-        def call(self, x: Any, valid: Any, training: bool = False) -> Any:
-            batch, frames = tf.shape(x)[0], tf.shape(x)[1]
-            x = self.norm(x)
-            q = self._heads(self.query(x), batch)
-            k = self._heads(self.key(x), batch)
-            v = self._heads(self.value(x), batch)
-            encoding = tf.cast(relative_positions(frames, d_model), x.dtype)
-            p = tf.transpose(tf.reshape(self.position(encoding), [-1, heads, head_dim]),
-                             [1, 2, 0])[None]  # [1, H, d/H, 2T-1]
-            u = tf.cast(self.content_bias, x.dtype)[None, :, None, :]
-            w = tf.cast(self.position_bias, x.dtype)[None, :, None, :]
-            content = tf.matmul(q + u, k, transpose_b=True)  # [B, H, T, T]
-            position = rel_shift(tf.matmul(q + w, p))  # [B, H, T, T]
-            scores = tf.cast(content + position, tf.float32) / math.sqrt(head_dim)
-            scores = tf.where(valid[:, None, None, :], scores, -1e9)
-            weights = tf.cast(tf.nn.softmax(scores, axis=-1), x.dtype)
-            weights = self.attention_dropout(weights, training=training)
-            out = tf.reshape(tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3]),
-                             [batch, frames, d_model])
-            return self.dropout(self.output_dense(out), training=training)
-
-    class Convolution(Layer):
-        """Pointwise conv + GLU, depthwise conv over time, layer norm, swish, pointwise conv.
-        Padded frames are zeroed before the depthwise convolution reads them."""
-
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self.norm = keras.layers.LayerNormalization(epsilon=1e-5, name="norm")
-            self.pointwise1 = keras.layers.Dense(2 * d_model, name="pointwise1")
-            self.depthwise = keras.layers.DepthwiseConv1D(config.conv_kernel, padding="same",
-                                                          name="depthwise")
-            self.conv_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="conv_norm")
-            self.pointwise2 = keras.layers.Dense(d_model, name="pointwise2")
-            self.dropout = keras.layers.Dropout(config.dropout)
-
-        def call(self, x: Any, valid: Any, training: bool = False) -> Any:
-            values, gates = tf.split(self.pointwise1(self.norm(x)), 2, axis=-1)
-            x = values * tf.sigmoid(gates) * tf.cast(valid, x.dtype)[:, :, None]
-            x = swish(self.conv_norm(self.depthwise(x)))
-            return self.dropout(self.pointwise2(x), training=training)
-
-    class ConformerBlock(Layer):
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self.ff1 = FeedForward(name="ff1")
-            self.attention = RelativeSelfAttention(name="attention")
-            self.conv = Convolution(name="conv")
-            self.ff2 = FeedForward(name="ff2")
-            self.norm = keras.layers.LayerNormalization(epsilon=1e-5, name="norm")
-
-        def call(self, x: Any, valid: Any, training: bool = False) -> Any:
-            x = x + 0.5 * self.ff1(x, training=training)
-            x = x + self.attention(x, valid, training=training)
-            x = x + self.conv(x, valid, training=training)
-            x = x + 0.5 * self.ff2(x, training=training)
-            return self.norm(x)
-
-    class Conformer(keras.Model):
-        def __init__(self) -> None:
-            super().__init__(name="conformer")
-            self.subsampling = Subsampling(name="subsampling")
-            self.blocks = [ConformerBlock(name=f"block{i}") for i in range(config.num_blocks)]
-            for i, block in enumerate(self.blocks):  # attributes, so checkpoints track them
-                setattr(self, f"block{i}", block)
-            self.logits = keras.layers.Dense(num_classes, name="logits")
-
-        def build(self, input_shape: Any) -> None:
-            pass  # as Layer.build
-
-        def call(self, inputs: Any, training: bool = False) -> Any:
-            features, lengths = inputs
-            x = self.subsampling(features, lengths, training=training)
-            out_lengths = subsampled_length(subsampled_length(lengths))
-            valid = tf.sequence_mask(out_lengths, tf.shape(x)[1])
-            for block in self.blocks:
-                x = block(x, valid, training=training)
-            return self.logits(x)
-
-    model = Conformer()
+    model = ConformerModel(config, num_classes)
     model((tf.zeros([1, 8, num_features]), tf.constant([8])))  # create the variables
     return model
 
@@ -303,10 +152,8 @@ class Conformer(ModelSpec):
     #: (1.8 M) learns small datasets within minutes on a 2-core CPU; ``tiny`` is for tests.
     presets: ClassVar[dict[str, dict[str, str]]] = {
         # As ds2's: each log-mel bin normalised over the utterance, speed perturbation and
-        # SpecAugment's LibriSpeech "LD" masks (the paper trains with SpecAugment too).
-        "full": {"features.normalize": "feature", "pipeline.speed_factors": "0.9,1.0,1.1",
-                 "pipeline.freq_masks": "2", "pipeline.freq_mask_width": "27",
-                 "pipeline.time_masks": "2", "pipeline.time_mask_width": "100"},
+        # SpecAugment (the paper trains with SpecAugment too).
+        "full": dict(LOGMEL_FULL),
         "cpu": {
             "model.d_model": "128",
             "model.num_blocks": "4",
@@ -333,10 +180,11 @@ class Conformer(ModelSpec):
     def time_stride(self, config: ConformerConfig) -> int:
         return SUBSAMPLING_STRIDE * SUBSAMPLING_STRIDE
 
-    def build(self, config: ConformerConfig, num_features: int, num_classes: int) -> Any:
+    def build(self, config: ConformerConfig, num_features: int,
+              num_classes: int) -> AcousticModel:
         return build_conformer(config, num_features, num_classes)
 
 
 @hookimpl
-def register_models(register: Any) -> None:
+def register_models(register: Register) -> None:
     register(Conformer())

@@ -19,11 +19,15 @@ padded lengths (odd ones at stride 2) and a frame earlier for the others.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from asrkit import hookimpl
+from asrkit.models.presets import LOGMEL_FULL
 from asrkit.settings import setting, validate
-from asrkit.types import ModelSpec
+from asrkit.types import AcousticModel, ModelSpec
+
+if TYPE_CHECKING:
+    from asrkit.hookspecs import Register
 
 
 @dataclass(frozen=True)
@@ -79,12 +83,8 @@ class DS2(ModelSpec):
     #: Pretraining by growth adds bidirectional GRU layers (``bigru<i>``).
     growable = "rnn_layers"
     presets: ClassVar[dict[str, dict[str, str]]] = {
-        # Deep Speech 2's spectrogram normalisation (each log-mel bin to zero mean and unit
-        # variance over the utterance), and the augmentation long GPU runs profit from: Kaldi's
-        # speed perturbation and SpecAugment's LibriSpeech "LD" masks.
-        "full": {"features.normalize": "feature", "pipeline.speed_factors": "0.9,1.0,1.1",
-                 "pipeline.freq_masks": "2", "pipeline.freq_mask_width": "27",
-                 "pipeline.time_masks": "2", "pipeline.time_mask_width": "100"},
+        # Deep Speech 2's spectrogram normalisation and the augmentation of long GPU runs.
+        "full": dict(LOGMEL_FULL),
         # Learns within minutes on a 2-core CPU (docs/models.md has the measurements): time
         # subsampled by 4 and 40 mel bins cut the recurrent and convolution work 2.6x and 1.7x.
         # The rate decays over the run's time budget (or epochs): at a constant 0.003 the dev
@@ -98,7 +98,7 @@ class DS2(ModelSpec):
     def time_stride(self, config: DS2Config) -> int:
         return config.time_stride
 
-    def build(self, config: DS2Config, num_features: int, num_classes: int) -> Any:
+    def build(self, config: DS2Config, num_features: int, num_classes: int) -> AcousticModel:
         import keras
         import tensorflow as tf
 
@@ -129,7 +129,8 @@ class DS2(ModelSpec):
                 self.dropout = keras.layers.Dropout(config.dropout)
                 self.logits = keras.layers.Dense(num_classes, name="logits")
 
-            def call(self, inputs: Any, training: bool = False) -> Any:
+            def call(self, inputs: tuple[tf.Tensor, tf.Tensor],
+                     training: bool = False) -> tf.Tensor:
                 features, lengths = inputs
                 # expand_dims, not [..., None]: TFLite's built-in StridedSlice has no new axes.
                 mask = tf.sequence_mask(lengths, tf.shape(features)[1], features.dtype)
@@ -155,5 +156,5 @@ class DS2(ModelSpec):
 
 
 @hookimpl
-def register_models(register: Any) -> None:
+def register_models(register: Register) -> None:
     register(DS2())

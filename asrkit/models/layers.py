@@ -19,7 +19,7 @@ between them unchanged (``benchmarks/bench_rnn_paths.py`` measures the two).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -51,7 +51,7 @@ def tower_devices() -> list[str]:
     return []
 
 
-def clipped_relu(x: Any, clip: float = 20.0) -> Any:
+def clipped_relu(x: tf.Tensor, clip: float = 20.0) -> tf.Tensor:
     """Deep Speech's activation: ``min(max(0, x), clip)``."""
     return tf.minimum(tf.nn.relu(x), clip)
 
@@ -98,7 +98,7 @@ class HoistedBiRNN(keras.layers.Layer):
         self.bias = self.add_weight(name="bias", shape=(2, self.BIASES, gates),
                                     initializer="zeros")
 
-    def call(self, inputs: Any, lengths: Any) -> Any:
+    def call(self, inputs: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
         frames = tf.shape(inputs)[1]
         run = self._keras_direction if self.impl == "keras" else self._direction
         backward = tf.reverse_sequence(inputs, lengths, seq_axis=1, batch_axis=0)
@@ -109,7 +109,7 @@ class HoistedBiRNN(keras.layers.Layer):
         mask = tf.sequence_mask(lengths, frames, dtype=out.dtype)
         return out * mask[:, :, None]
 
-    def _keras_direction(self, inputs: Any, index: int, lengths: Any) -> Any:
+    def _keras_direction(self, inputs: tf.Tensor, index: int, lengths: tf.Tensor) -> tf.Tensor:
         """One direction's outputs through Keras' layer: a right-padded mask (what cuDNN
         accepts; an empty utterance counts one frame, since cuDNN refuses a fully masked one,
         and its outputs are zeroed by :meth:`call` anyway)."""
@@ -118,15 +118,16 @@ class HoistedBiRNN(keras.layers.Layer):
         mask = tf.sequence_mask(tf.maximum(lengths, 1), tf.shape(inputs)[1])
         return layer(inputs, mask=mask)
 
-    def _bound_weights(self, index: int) -> tuple[Any, Any, Any]:
+    def _bound_weights(self, index: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Direction ``index``'s kernel, recurrent kernel and bias in Keras' layout."""
         raise NotImplementedError
 
-    def _keras_layer(self) -> Any:
+    def _keras_layer(self) -> keras.layers.RNN:
         """A Keras ``LSTM``/``GRU`` for one direction, whose cell reads :meth:`_bound_weights`."""
         raise NotImplementedError
 
-    def _direction(self, inputs: Any, index: int, lengths: Any = None) -> Any:
+    def _direction(self, inputs: tf.Tensor, index: int,
+                   lengths: tf.Tensor | None = None) -> tf.Tensor:
         """One direction's outputs ``[batch, time, units]``."""
         batch, frames, features = tf.shape(inputs)[0], tf.shape(inputs)[1], tf.shape(inputs)[2]
         projected = tf.matmul(tf.reshape(inputs, [-1, features]), self.kernel[index])
@@ -140,11 +141,11 @@ class HoistedBiRNN(keras.layers.Layer):
         return tf.cast(tf.transpose(outputs, [1, 0, 2]), inputs.dtype)
 
     @staticmethod
-    def _product(state: Any, weights: Any) -> Any:
+    def _product(state: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
         """``state @ weights`` in the weights' (compute) dtype, as float32."""
         return tf.cast(tf.matmul(tf.cast(state, weights.dtype), weights), tf.float32)
 
-    def _loop(self, projected: Any, index: int, batch: Any) -> Any:
+    def _loop(self, projected: tf.Tensor, index: int, batch: tf.Tensor) -> tf.Tensor:
         """The recurrence over time-major projected inputs; outputs ``[time, batch, units]``."""
         raise NotImplementedError
 
@@ -161,22 +162,22 @@ class HoistedBiLSTM(HoistedBiRNN):
         self.forget_bias = forget_bias
         super().__init__(units, impl, **kwargs)
 
-    def _keras_layer(self) -> Any:
+    def _keras_layer(self) -> keras.layers.RNN:
         layer = keras.layers.LSTM(self.units, return_sequences=True)
         layer.cell = _bind(keras.layers.LSTMCell)(self.units)
         return layer
 
-    def _bound_weights(self, index: int) -> tuple[Any, Any, Any]:
+    def _bound_weights(self, index: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         units = self.units
         forget = tf.concat([tf.zeros([units]), tf.fill([units], float(self.forget_bias)),
                             tf.zeros([2 * units])], axis=0)  # the constant in Keras' one bias
         bias = self.bias[index][0]
         return self.kernel[index], self.recurrent_kernel[index], bias + tf.cast(forget, bias.dtype)
 
-    def _loop(self, projected: Any, index: int, batch: Any) -> Any:
+    def _loop(self, projected: tf.Tensor, index: int, batch: tf.Tensor) -> tf.Tensor:
         recurrent, forget_bias = self.recurrent_kernel[index], self.forget_bias
 
-        def step(carry: Any, z: Any) -> Any:
+        def step(carry: tuple[tf.Tensor, tf.Tensor], z: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             h, c = carry
             gates = z + self._product(h, recurrent)
             i, f, g, o = tf.split(gates, 4, axis=-1)
@@ -195,21 +196,21 @@ class HoistedBiGRU(HoistedBiRNN):
 
     GATES, BIASES = 3, 2
 
-    def _keras_layer(self) -> Any:
+    def _keras_layer(self) -> keras.layers.RNN:
         layer = keras.layers.GRU(self.units, return_sequences=True)  # reset_after=True
         layer.cell = _bind(keras.layers.GRUCell)(self.units)
         return layer
 
-    def _bound_weights(self, index: int) -> tuple[Any, Any, Any]:
+    def _bound_weights(self, index: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         return self.kernel[index], self.recurrent_kernel[index], self.bias[index]
 
-    def _loop(self, projected: Any, index: int, batch: Any) -> Any:
+    def _loop(self, projected: tf.Tensor, index: int, batch: tf.Tensor) -> tf.Tensor:
         recurrent, recurrent_bias = self.recurrent_kernel[index], self.bias[index][1]
         units = self.units
 
         recurrent_bias = tf.cast(recurrent_bias, tf.float32)
 
-        def step(h: Any, x: Any) -> Any:
+        def step(h: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
             inner = self._product(h, recurrent) + recurrent_bias
             z = tf.sigmoid(x[:, :units] + inner[:, :units])
             r = tf.sigmoid(x[:, units:2 * units] + inner[:, units:2 * units])
@@ -222,10 +223,10 @@ class HoistedBiGRU(HoistedBiRNN):
 class _Untracked:
     """A sequence that neither Keras nor TensorFlow tracks (they follow lists and tuples)."""
 
-    def __init__(self, items: list[Any]) -> None:
+    def __init__(self, items: list[keras.layers.RNN]) -> None:
         self.items = items
 
-    def __getitem__(self, index: int) -> Any:
+    def __getitem__(self, index: int) -> keras.layers.RNN:
         return self.items[index]
 
 
@@ -236,7 +237,7 @@ def _bind(cell_class: type) -> type:
     variables."""
 
     class Bound(cell_class):  # type: ignore[misc, valid-type]
-        bound: tuple[Any, Any, Any]
+        bound: tuple[tf.Tensor, tf.Tensor, tf.Tensor]
 
         def build(self, input_shape: Any) -> None:
             self.built = True
@@ -249,12 +250,13 @@ def _bind(cell_class: type) -> type:
     return Bound
 
 
-def per_direction(initializer: Any, shape: tuple[int, int]) -> Any:
+def per_direction(initializer: type[keras.initializers.Initializer],
+                  shape: tuple[int, int]) -> Callable[..., tf.Tensor]:
     """An initializer of ``[2, *shape]`` that draws each direction independently: a Keras 3
     initializer without a seed returns the same values on every call, so one instance used
     twice would start both directions identical."""
 
-    def initialize(_shape: Any, dtype: Any = None) -> Any:
+    def initialize(_shape: Any, dtype: Any = None) -> tf.Tensor:
         return tf.stack([initializer(seed=random.randrange(2**31))(shape, dtype)
                          for _ in range(2)])
 
