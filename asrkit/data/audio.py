@@ -14,7 +14,6 @@ import io
 import shutil
 import subprocess
 import wave
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,15 +31,6 @@ SOX_TYPES = {".sph": "sph", ".nist": "sph", ".wav": "wav", ".flac": "flac", ".mp
 
 class AudioError(AsrkitError):
     """The audio could not be decoded."""
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A piece of a recording to write: seconds ``start``..``end`` (``None``: whole file)."""
-
-    path: str
-    start: float | None = None
-    end: float | None = None
 
 
 def sox_binary() -> str:
