@@ -53,9 +53,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from asrkit import outputs
 from asrkit.errors import AsrkitError
-from asrkit.frames import frame_seconds
+from asrkit.frames import SAMPLE_RATE, frame_seconds
 from asrkit.graph import greedy_labels, make_logits_fn
-from asrkit.types import SAMPLE_RATE
 
 if TYPE_CHECKING:
     import numpy as np

@@ -48,8 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from asrkit.data.audio import SAMPLE_RATE, SOX_TYPES, AudioError, decode
+from asrkit.data.audio import SOX_TYPES, AudioError, decode
 from asrkit.errors import AsrkitError
+from asrkit.frames import SAMPLE_RATE
 
 if TYPE_CHECKING:
     import numpy as np

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from asrkit.errors import AsrkitError
-from asrkit.types import SAMPLE_RATE
+from asrkit.frames import SAMPLE_RATE
 
 SAMPLE_WIDTH = 2
 

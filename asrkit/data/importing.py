@@ -46,8 +46,9 @@ from asrkit.data.manifest import Row, csv_text
 from asrkit.datasets import DATASET_JSON, DEFAULT_MAX_SECONDS, asrkit_home
 from asrkit.errors import AsrkitError
 from asrkit.files import write_atomic, write_json
+from asrkit.frames import SAMPLE_RATE
 from asrkit.text import Alphabet, normalize, quote, recording_decodings
-from asrkit.types import DATASET_NAME, SAMPLE_RATE, Importer, Resource, Utterance
+from asrkit.types import DATASET_NAME, Importer, Resource, Utterance
 
 FORMAT_VERSION = 1
 STATE_DIR = ".import"

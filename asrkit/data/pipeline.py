@@ -40,8 +40,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asrkit.data import augment
-from asrkit.data.shards import SAMPLE_RATE, feature_spec, parse, shard_paths
+from asrkit.data.shards import feature_spec, parse, shard_paths
 from asrkit.errors import AsrkitError
+from asrkit.frames import SAMPLE_RATE
 from asrkit.labels import Labels
 from asrkit.settings import MAX_SEED, setting, validate
 from asrkit.text import Alphabet
