@@ -29,7 +29,7 @@ spaces collapsed and stripped (:func:`text_of`).
 
 An export is a folder: the SavedModel (``saved_model.pb``, ``variables/``) or ``model.tflite``,
 plus ``asrkit.json`` (``labels``: symbols, word marker and blank, read back with
-:func:`asrkit.labels.labels_from_json`; ``alphabet``, the same symbols, for older readers; sample
+:func:`asrkit.text.labels_from_json`; ``alphabet``, the same symbols, for older readers; sample
 rate, seconds per output frame, the run and checkpoint it came from, signatures) and, for
 character labels, ``alphabet.txt``, so that :mod:`asrkit.transcribe` and programs without asrkit
 can both use it. A SavedModel also holds its symbols and word marker as variables
@@ -406,7 +406,7 @@ class ExportedModel:
         self.labels: Labels = self._labels(folder)
 
     def _labels(self, folder: Path) -> Labels:
-        from asrkit.labels import labels_from_json
+        from asrkit.text import labels_from_json
 
         if "alphabet" not in self.metadata and "labels" not in self.metadata:
             raise ExportError(f"{folder} has no {METADATA_FILE}; it says what the labels mean")

@@ -235,7 +235,7 @@ def check_symbols_decode(labels: Any, texts: Sequence[str] | None = None) -> Non
     """Decoding needs nothing but ``symbols`` and ``word_marker``: labels read back from
     ``to_json()`` (what an export's ``asrkit.json`` holds) decode every encoded text as the
     labels themselves do."""
-    from asrkit.labels import labels_from_json
+    from asrkit.text import labels_from_json
 
     texts = _texts(texts)
     what = type(labels).__name__
