@@ -39,9 +39,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from asrkit import plugins
 from asrkit.data import augment
 from asrkit.data.shards import feature_spec, parse, shard_paths
 from asrkit.errors import AsrkitError
+from asrkit.features import context_windows
 from asrkit.frames import SAMPLE_RATE
 from asrkit.labels import Labels
 from asrkit.settings import MAX_SEED, setting, validate
@@ -345,8 +347,6 @@ class PaddingMeter:
 def resolve_extractor(extractor: FeatureExtractor | str) -> FeatureExtractor:
     """An extractor object, or the installed one of that name (``"mfcc"``, ``"logmel"``)."""
     if isinstance(extractor, str):
-        from asrkit import plugins
-
         return plugins.get("feature", extractor)
     return extractor
 
@@ -535,8 +535,6 @@ def _masker(config: PipelineConfig) -> Callable[[Element, Any], Element]:
 
 def _finisher(config: PipelineConfig) -> Callable[[Element], Element]:
     """The batch as the training engine reads it (see the module docstring)."""
-    from asrkit.features import context_windows
-
     def finish(batch: Element) -> Element:
         out = {
             "features": context_windows(batch["features"], config.context),
