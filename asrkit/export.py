@@ -51,18 +51,19 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from asrkit import outputs
+from asrkit import __version__, outputs
 from asrkit.errors import AsrkitError
+from asrkit.export_onnx import OnnxModel, metadata, write_onnx
 from asrkit.frames import SAMPLE_RATE, frame_seconds
 from asrkit.graph import greedy_labels, make_logits_fn
+from asrkit.runs import Run, load_run_model
+from asrkit.text import Alphabet, labels_from_json
 
 if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
 
     from asrkit.labels import Labels
-    from asrkit.runs import Run
-    from asrkit.text import Alphabet
 
 FORMATS = ("savedmodel", "tflite", "onnx")
 #: The export's description, beside the model.
@@ -88,8 +89,6 @@ class ExportError(AsrkitError):
 def joins_symbols(labels: Labels) -> TypeGuard[Alphabet]:
     """Whether ``labels``' text is its symbols joined as they are (characters): no word marker
     to turn into spaces, no spaces to collapse."""
-    from asrkit.text import Alphabet
-
     return isinstance(labels, Alphabet)
 
 
@@ -195,7 +194,6 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     written to ``asrkit.json`` in the folder, with the verification's largest difference)."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    from asrkit.runs import load_run_model
 
     target = Path(output) if output is not None else default_output(Path(folder), fmt)
     _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
@@ -209,8 +207,6 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         elif fmt == "tflite":
             _write_tflite(run, model, staging)
         else:
-            from asrkit.export_onnx import write_onnx
-
             write_onnx(run, model, staging)
         meta = _metadata(run, fmt, checkpoint, state)
         if joins_symbols(run.labels):
@@ -275,8 +271,6 @@ def _write_tflite(run: Run, model: Any, folder: Path) -> None:
 
 
 def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dict[str, Any]:
-    from asrkit import __version__
-
     signatures = ["logits", "transcribe", "logits_int16", "transcribe_int16"]
     meta = {
         "format": fmt,
@@ -299,8 +293,6 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
                                                               else [])},
     }
     if fmt == "onnx":
-        from asrkit.export_onnx import metadata
-
         meta.update(metadata())
     return meta
 
@@ -378,8 +370,6 @@ class ExportedModel:
         self.path = path
         onnx_file = path if path.is_file() else folder / "model.onnx"
         if onnx_file.suffix == ".onnx" and onnx_file.is_file():
-            from asrkit.export_onnx import OnnxModel
-
             self.format = "onnx"
             self._onnx = OnnxModel(onnx_file, self._labels(folder))
         elif path.is_file() or not (folder / "saved_model.pb").exists():
@@ -406,8 +396,6 @@ class ExportedModel:
         self.labels: Labels = self._labels(folder)
 
     def _labels(self, folder: Path) -> Labels:
-        from asrkit.text import labels_from_json
-
         if "alphabet" not in self.metadata and "labels" not in self.metadata:
             raise ExportError(f"{folder} has no {METADATA_FILE}; it says what the labels mean")
         return labels_from_json(self.metadata.get("labels", self.metadata))

@@ -48,9 +48,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from asrkit import plugins
 from asrkit.data.audio import SOX_TYPES, AudioError, decode
+from asrkit.decoders import load_decoder
 from asrkit.errors import AsrkitError
-from asrkit.frames import SAMPLE_RATE
+from asrkit.export import ExportedModel, is_export
+from asrkit.frames import SAMPLE_RATE, frame_seconds
+from asrkit.graph import make_logits_fn
+from asrkit.plugins import one_line
+from asrkit.runs import load_run_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -171,10 +177,6 @@ class CheckpointRecognizer(Recognizer):
     def __init__(self, folder: str | Path, checkpoint: str = "best") -> None:
         import tensorflow as tf
 
-        from asrkit.frames import frame_seconds
-        from asrkit.graph import make_logits_fn
-        from asrkit.runs import load_run_model
-
         run, model, state = load_run_model(folder, checkpoint)
         self.labels = run.labels
         self.frame_seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
@@ -192,8 +194,6 @@ class ExportRecognizer(Recognizer):
     """An exported SavedModel or TFLite model (:class:`asrkit.export.ExportedModel`)."""
 
     def __init__(self, path: str | Path) -> None:
-        from asrkit.export import ExportedModel
-
         self._export = ExportedModel(path)
         meta = self._export.metadata
         self.labels = self._export.labels
@@ -207,8 +207,6 @@ class ExportRecognizer(Recognizer):
 
 def load_recognizer(path: str | Path, checkpoint: str = "best") -> Recognizer:
     """A run folder's checkpoint or an export, whichever ``path`` is."""
-    from asrkit.export import is_export
-
     path = Path(path)
     if is_export(path):
         return ExportRecognizer(path)
@@ -223,9 +221,6 @@ def resolve_decoder(name: str | None, recognizer: Recognizer,
     """The decoder named ``name`` (with ``decoder.KEY=VALUE`` settings), else the recognizer's
     default. A default that is not installed (an export's run used a plugin this machine lacks)
     falls back to greedy with a warning."""
-    from asrkit import plugins
-    from asrkit.decoders import load_decoder
-
     if name is not None:
         return load_decoder(name, settings), None
     try:
@@ -555,8 +550,6 @@ def transcribe_files(files: Sequence[Path], recognizer: Recognizer, decoder: Any
     ``options.failures`` and the others go on. A progress bar counts files (several) or windows
     (one long file) on stderr."""
     from tqdm import tqdm
-
-    from asrkit.plugins import one_line
 
     bar = tqdm(total=len(files), unit="file", desc="transcribe", leave=False,
                disable=not options.progress or len(files) < 2)
