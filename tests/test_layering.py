@@ -14,7 +14,7 @@ of a subpackage runs the subpackage, so ``runs -> train.config`` together with
 import each other.
 
 Then, so that a module's dependencies can be read at its top: an asrkit module is imported
-inside a function only by the modules in :data:`LAZY_IMPORTERS`, the command line, which
+inside a function only by the modules in :data:`LAZY_IMPORTERS`, mainly the command line, which
 imports each command's machinery only when that command runs so that ``asrkit --help`` starts
 at once. Third-party imports inside functions (TensorFlow, numpy) are not checked: asrkit's
 modules import TensorFlow lazily on purpose, so that a plugin module costs nothing to load.
@@ -36,8 +36,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "asrkit"
 ALLOWED: set[tuple[str, str]] = set()
 
 #: The only modules that may import asrkit modules inside functions (patterns of paths from the
-#: repository root): the CLI and its commands, for start-up speed.
-LAZY_IMPORTERS = ("asrkit/cli.py", "asrkit/commands/*")
+#: repository root), each for start-up speed: the CLI and its commands, so that ``asrkit --help``
+#: loads no command's machinery; and the beam decoder, a plugin module that ``asrkit.api``
+#: imports, whose search (``decoders.prefix``) imports numpy at its top.
+LAZY_IMPORTERS = ("asrkit/cli.py", "asrkit/commands/*", "asrkit/decoders/beam.py")
 
 #: Where an import statement runs.
 TOP, TYPE_CHECKING_BLOCK, FUNCTION = "top", "TYPE_CHECKING", "function"
