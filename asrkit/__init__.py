@@ -13,8 +13,9 @@ from asrkit.hookspecs import hookimpl
 
 # TensorFlow reads these when it is first imported, which asrkit always does later and lazily.
 # oneDNN is off by default on AMD CPUs although it makes training 1.3x faster there
-# (docs/performance.md); TensorFlow's C++ start-up chatter (even harmless "errors" about
-# CUDA on a machine without a GPU) would bury asrkit's own output.
+# (``benchmarks/bench_train.py`` measures it; docs/cli.md, "Environment", lists both
+# variables); TensorFlow's C++ start-up chatter (even harmless "errors" about CUDA on a
+# machine without a GPU) would bury asrkit's own output.
 # A user's own setting of either variable wins.
 #: Whether TF_CPP_MIN_LOG_LEVEL is the user's own: then ``-v`` leaves it as it is
 #: (:func:`asrkit.cli.configure_tensorflow_logging`).

@@ -32,6 +32,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from asrkit.files import write_atomic
+from asrkit.frames import SAMPLE_RATE
+
 #: The two input lengths (seconds of audio) the model is traced on; their difference over the
 #: seconds between them is the cost of one more second.
 SHORT_SECONDS, LONG_SECONDS = 1, 10
@@ -236,8 +239,6 @@ def _trace_macs(model: Any, num_features: int, frames: int,
 
 def _frames(seconds: int, extractor: Any, feature_config: Any) -> int:
     """Feature frames of ``seconds`` of audio, as the extractor frames it."""
-    from asrkit.types import SAMPLE_RATE
-
     samples = seconds * getattr(feature_config, "sample_rate", SAMPLE_RATE)
     if hasattr(extractor, "num_frames"):
         return int(extractor.num_frames(samples, feature_config))
@@ -293,8 +294,6 @@ def analyze_model(model: Any, spec: Any, model_config: Any, feature_config: Any,
 def write_model_analysis(run_folder: str | Path, model: Any, spec: Any, model_config: Any,
                          feature_config: Any, extractor: Any) -> None:
     """Write ``model_analysis.txt`` (for people) and ``model_analysis.json`` into a run folder."""
-    from asrkit.files import write_atomic
-
     analysis = analyze_model(model, spec, model_config, feature_config, extractor)
     folder = Path(run_folder)
     folder.mkdir(parents=True, exist_ok=True)

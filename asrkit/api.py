@@ -25,7 +25,6 @@ from asrkit.hookspecs import hookimpl
 from asrkit.types import (
     DATASET_NAME,
     NAME_PATTERN,
-    SAMPLE_RATE,
     AcousticModel,
     Decoder,
     FeatureConfig,
@@ -45,7 +44,7 @@ from asrkit.settings import SettingInfo, describe, format_value, parse_value, se
 
 # isort: split
 # -- Features: frame geometry ------------------------------------------------------------------
-from asrkit.frames import Framing
+from asrkit.frames import SAMPLE_RATE, Framing
 
 # isort: split
 # -- Text --------------------------------------------------------------------------------------

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from asrkit.errors import AsrkitError
+from asrkit.runs import load_run
+from asrkit.train.checkpoints import AVERAGED, Checkpoints
+from asrkit.train.growth import saved_model_config
 
 
 def average_run(folder: str | Path, last: int) -> dict[str, Any]:
@@ -23,10 +26,6 @@ def average_run(folder: str | Path, last: int) -> dict[str, Any]:
     state (``global_step``: the newest one's; ``averaged_steps``: the steps averaged)."""
     import numpy as np
     import tensorflow as tf
-
-    from asrkit.runs import load_run
-    from asrkit.train.checkpoints import AVERAGED, Checkpoints
-    from asrkit.train.growth import saved_model_config
 
     run = load_run(folder)
     checkpoints = Checkpoints(run.folder / "checkpoints")

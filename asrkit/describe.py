@@ -21,6 +21,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from asrkit import plots
+from asrkit.analysis import run_model_analysis, summary_text
+from asrkit.data.manifest import read_csv
+from asrkit.data.pipeline import utterance_samples
+from asrkit.datasets import load_dataset_json
+from asrkit.errors import AsrkitError
+from asrkit.frames import SAMPLE_RATE
+from asrkit.runs import load_run
+
 #: Quantiles printed for durations and transcript lengths.
 QUANTILES = {"min": 0.0, "p10": 0.1, "p25": 0.25, "median": 0.5, "p75": 0.75, "p90": 0.9,
              "max": 1.0}
@@ -89,10 +98,6 @@ def split_rows(dataset: Path, split: str) -> list[tuple[str, float, str, str]]:
     """``(id, seconds, transcript, speaker)`` of a split's utterances. Seconds as the input
     pipeline counts them (the CSV's ``duration``, else ``wav_filesize``: the PCM bytes after
     the 44-byte header at 2 bytes a sample); the id is the audio file's name without suffix."""
-    from asrkit.data.manifest import read_csv
-    from asrkit.data.pipeline import utterance_samples
-    from asrkit.types import SAMPLE_RATE
-
     rows = list(read_csv(dataset / f"{split}.csv"))
     samples = utterance_samples(dataset, split)
     return [(Path(row.wav_filename).stem, n / SAMPLE_RATE, row.transcript, row.speaker)
@@ -115,8 +120,6 @@ def ordered(splits: Any) -> list[str]:
 
 def describe_dataset(dataset: Path) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """The description of a dataset, and its rows by split (for plots)."""
-    from asrkit.datasets import load_dataset_json
-
     info = load_dataset_json(dataset)
     rows = {split: split_rows(dataset, split) for split in dataset_splits(dataset, info)}
     characters: Counter[str] = Counter()
@@ -204,8 +207,6 @@ def dataset_text(d: dict[str, Any]) -> str:
 
 
 def dataset_plots(d: dict[str, Any], rows: dict[str, list[Any]], folder: Path) -> list[Path]:
-    from asrkit import plots
-
     drawn = [
         plots.histograms({s: [sec for _, sec, _, _ in part] for s, part in rows.items()},
                          folder / "durations.png", f"{d['dataset']}: utterance durations",
@@ -237,10 +238,6 @@ def best_scores(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def describe_run(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The description of a run, and what its plots need."""
-    from asrkit.analysis import run_model_analysis
-    from asrkit.errors import AsrkitError
-    from asrkit.runs import load_run
-
     run = load_run(folder)
     records = read_jsonl(folder / "metrics.jsonl")
     latest = (_read_json(folder / "checkpoints" / "latest.json") or {}).get("state", {})
@@ -287,8 +284,6 @@ def _settings(section: dict[str, Any]) -> str:
 
 
 def run_text(d: dict[str, Any]) -> str:
-    from asrkit.analysis import summary_text
-
     p = d["progress"]
     data = d["dataset"]
     lines = [f"run {d['run']}: model {d['model']}, features {d['features']}, "
@@ -330,8 +325,6 @@ def run_text(d: dict[str, Any]) -> str:
 
 
 def run_plots(d: dict[str, Any], extra: dict[str, Any], folder: Path) -> list[Path]:
-    from asrkit import plots
-
     records = extra["records"]
     name = Path(d["run"]).name
 

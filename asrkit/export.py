@@ -29,7 +29,7 @@ spaces collapsed and stripped (:func:`text_of`).
 
 An export is a folder: the SavedModel (``saved_model.pb``, ``variables/``) or ``model.tflite``,
 plus ``asrkit.json`` (``labels``: symbols, word marker and blank, read back with
-:func:`asrkit.labels.labels_from_json`; ``alphabet``, the same symbols, for older readers; sample
+:func:`asrkit.text.labels_from_json`; ``alphabet``, the same symbols, for older readers; sample
 rate, seconds per output frame, the run and checkpoint it came from, signatures) and, for
 character labels, ``alphabet.txt``, so that :mod:`asrkit.transcribe` and programs without asrkit
 can both use it. A SavedModel also holds its symbols and word marker as variables
@@ -51,19 +51,20 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from asrkit import outputs
+from asrkit import __version__, outputs
 from asrkit.errors import AsrkitError
-from asrkit.frames import frame_seconds
+from asrkit.export_onnx import OnnxModel, metadata, write_onnx
+from asrkit.frames import SAMPLE_RATE, frame_seconds
 from asrkit.graph import greedy_labels, make_logits_fn
-from asrkit.types import SAMPLE_RATE
+from asrkit.restore import load_run_model
+from asrkit.runs import Run
+from asrkit.text import Alphabet, labels_from_json
 
 if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
 
     from asrkit.labels import Labels
-    from asrkit.runs import Run
-    from asrkit.text import Alphabet
 
 FORMATS = ("savedmodel", "tflite", "onnx")
 #: The export's description, beside the model.
@@ -89,8 +90,6 @@ class ExportError(AsrkitError):
 def joins_symbols(labels: Labels) -> TypeGuard[Alphabet]:
     """Whether ``labels``' text is its symbols joined as they are (characters): no word marker
     to turn into spaces, no spaces to collapse."""
-    from asrkit.text import Alphabet
-
     return isinstance(labels, Alphabet)
 
 
@@ -196,7 +195,6 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     written to ``asrkit.json`` in the folder, with the verification's largest difference)."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    from asrkit.restore import load_run_model
 
     target = Path(output) if output is not None else default_output(Path(folder), fmt)
     _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
@@ -210,8 +208,6 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         elif fmt == "tflite":
             _write_tflite(run, model, staging)
         else:
-            from asrkit.export_onnx import write_onnx
-
             write_onnx(run, model, staging)
         meta = _metadata(run, fmt, checkpoint, state)
         if joins_symbols(run.labels):
@@ -276,8 +272,6 @@ def _write_tflite(run: Run, model: Any, folder: Path) -> None:
 
 
 def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dict[str, Any]:
-    from asrkit import __version__
-
     signatures = ["logits", "transcribe", "logits_int16", "transcribe_int16"]
     meta = {
         "format": fmt,
@@ -300,8 +294,6 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
                                                               else [])},
     }
     if fmt == "onnx":
-        from asrkit.export_onnx import metadata
-
         meta.update(metadata())
     return meta
 
@@ -379,8 +371,6 @@ class ExportedModel:
         self.path = path
         onnx_file = path if path.is_file() else folder / "model.onnx"
         if onnx_file.suffix == ".onnx" and onnx_file.is_file():
-            from asrkit.export_onnx import OnnxModel
-
             self.format = "onnx"
             self._onnx = OnnxModel(onnx_file, self._labels(folder))
         elif path.is_file() or not (folder / "saved_model.pb").exists():
@@ -407,8 +397,6 @@ class ExportedModel:
         self.labels: Labels = self._labels(folder)
 
     def _labels(self, folder: Path) -> Labels:
-        from asrkit.labels import labels_from_json
-
         if "alphabet" not in self.metadata and "labels" not in self.metadata:
             raise ExportError(f"{folder} has no {METADATA_FILE}; it says what the labels mean")
         return labels_from_json(self.metadata.get("labels", self.metadata))

@@ -10,7 +10,7 @@ greedy path of :func:`asrkit.graph.greedy_labels`, as one ONNX model ``model.onn
              dropped); ``asrkit.json`` describes the labels (``labels``: symbols, word marker),
              so ``"".join(alphabet[i] ...)`` is the text of characters, and for subword pieces
              the same with the marker made a space, spaces collapsed and stripped
-             (:func:`asrkit.labels.labels_from_json` and its ``decode`` do both)
+             (:func:`asrkit.text.labels_from_json` and its ``decode`` do both)
 
 tf2onnx (1.17) converts the whole graph, features included, once three of its op converters are
 given a hand (``custom_op_handlers``, its documented extension point):
@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asrkit.errors import AsrkitError
+from asrkit.graph import greedy_labels, make_logits_fn
+from asrkit.text import labels_from_json
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,8 +67,6 @@ def metadata() -> dict[str, Any]:
 def onnx_function(run: Run, model: Any) -> Any:
     """``fn(pcm float32 [samples]) -> {"logits", "labels"}``: what ``model.onnx`` computes."""
     import tensorflow as tf
-
-    from asrkit.graph import greedy_labels, make_logits_fn
 
     logits_fn = make_logits_fn(run, model)
     blank = run.labels.blank
@@ -236,8 +236,6 @@ class OnnxModel:
 
     def __init__(self, path: str | Path, labels: Labels | list[str] | None = None) -> None:
         import onnxruntime
-
-        from asrkit.labels import labels_from_json
 
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3  # errors only

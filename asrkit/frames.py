@@ -12,6 +12,10 @@ extractor's ``extract`` must return exactly that many frames (``asrkit.testing.f
 checks it). A model then maps ``frames`` to ``output_length(config, frames)`` output frames
 (its time stride: 1 for ``brnn``, 2 or more for ``ds2`` and ``conformer``); CTC can align a
 transcript only when there are at least as many output frames as labels.
+
+This module sits below the contracts (:mod:`asrkit.types` builds ``FeatureExtractor.num_frames``
+and ``FeatureConfig``'s default rate on it), so it imports nothing of asrkit but its errors:
+asrkit's one sample rate is defined here, where audio first becomes frames.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from asrkit.errors import AsrkitError
-from asrkit.types import SAMPLE_RATE
+
+#: The one sample rate of asrkit: imports convert to it, features and models read it.
+SAMPLE_RATE = 16000
 
 #: What a feature configuration must declare, in this order.
 DECLARED = ("sample_rate", "window_ms", "step_ms")

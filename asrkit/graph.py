@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from asrkit.features import context_windows
 from asrkit.frames import check_sample_rate
 
 if TYPE_CHECKING:
@@ -21,8 +22,6 @@ def make_logits_fn(run: Run, model: Any) -> Callable[[Any], Any]:
     (one utterance, per-utterance normalisation, the pipeline's context windows), then the model.
     """
     import tensorflow as tf
-
-    from asrkit.features import context_windows
 
     extractor, feature_config = run.extractor, run.feature_config
     context = run.pipeline.context

@@ -12,6 +12,10 @@ marker is the space symbol itself (body ``""``: a separator); for SentencePiece 
 the beam search, word times in transcripts and an export's text output need nothing but this
 module, and a decoder works unchanged on characters and on subwords.
 
+Characters build on this module, not the other way round: :mod:`asrkit.text` defines
+:class:`~asrkit.text.Alphabet` and reads an export's labels back
+(:func:`asrkit.text.labels_from_json`), which may be either kind.
+
 This module is pure Python: a plugin can subclass :class:`Pieces` at import time.
 """
 
@@ -168,16 +172,3 @@ class Pieces(Labels):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self.symbols)} pieces)"
 
-
-def labels_from_json(saved: dict[str, Any]) -> Labels:
-    """The labels an export's ``asrkit.json`` describes (its ``labels`` entry; older exports
-    hold only an ``alphabet`` list of characters)."""
-    from asrkit.text import Alphabet
-
-    symbols = saved.get("symbols", saved.get("alphabet"))
-    if not isinstance(symbols, list):
-        raise LabelError("the export's asrkit.json lists no symbols")
-    marker = saved.get("word_marker", " ")
-    if marker == " " and all(len(s) == 1 for s in symbols):
-        return Alphabet(tuple(symbols))
-    return Pieces(symbols, marker)

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from asrkit import __version__
 from asrkit.errors import AsrkitError
 
 #: The file that says "asrkit made this folder", written when asrkit creates an output folder.
@@ -64,8 +65,6 @@ EXPORT = Layout("export", (MARKER, "saved_model.pb", "fingerprint.pb", "model.tf
 
 def mark(folder: Path, layout: Layout) -> None:
     """Write the marker into ``folder`` (which asrkit has just created)."""
-    from asrkit import __version__
-
     (folder / MARKER).write_text(json.dumps({"made_by": "asrkit", "kind": layout.kind,
                                              "asrkit_version": __version__}) + "\n")
 

@@ -1,4 +1,4 @@
-"""Alphabets and transcript normalisation.
+"""Alphabets, the labels an export describes, and transcript normalisation.
 
 An alphabet file has DeepSpeech's format: one symbol a line, in label order; a line starting with
 ``#`` is a comment; a line holding a single space is the space symbol (a line ``\\s`` means the
@@ -15,8 +15,9 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from asrkit.labels import LabelError, Labels
+from asrkit.labels import LabelError, Labels, Pieces
 
 #: The default English alphabet: space, a-z, apostrophe (28 symbols; 29 classes with the blank).
 ENGLISH = (" ", *"abcdefghijklmnopqrstuvwxyz", "'")
@@ -87,6 +88,21 @@ class Alphabet(Labels):
     @classmethod
     def load(cls, path: str | Path) -> Alphabet:
         return cls.from_text(Path(path).read_text(encoding="utf-8"))
+
+
+def labels_from_json(saved: dict[str, Any]) -> Labels:
+    """The labels an export's ``asrkit.json`` describes (its ``labels`` entry; older exports
+    hold only an ``alphabet`` list of characters).
+
+    Here rather than in :mod:`asrkit.labels` because the answer may be an :class:`Alphabet`:
+    labels stay below the characters that subclass them."""
+    symbols = saved.get("symbols", saved.get("alphabet"))
+    if not isinstance(symbols, list):
+        raise LabelError("the export's asrkit.json lists no symbols")
+    marker = saved.get("word_marker", " ")
+    if marker == " " and all(len(s) == 1 for s in symbols):
+        return Alphabet(tuple(symbols))
+    return Pieces(symbols, marker)
 
 
 # Apostrophe-like characters that corpora use for the apostrophe.

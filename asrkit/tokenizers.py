@@ -16,10 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asrkit import plugins
+from asrkit.data.manifest import read_csv
+from asrkit.datasets import resolve_dataset
 from asrkit.errors import AsrkitError
 from asrkit.files import write_json
 from asrkit.hookspecs import Register, hookimpl
 from asrkit.labels import Labels
+from asrkit.settings import apply, to_dict
 from asrkit.text import Alphabet, AlphabetError
 from asrkit.types import Tokenizer
 
@@ -56,8 +60,6 @@ def register_tokenizers(register: Register) -> None:
 
 def find_tokenizer(path: Path) -> Tokenizer:
     """The registered tokenizer whose files end like ``path`` (the longest suffix that fits)."""
-    from asrkit import plugins
-
     installed = [r.obj for r in plugins.get_plugins().registry.registrations("tokenizer")]
     fitting = [t for t in installed if path.name.endswith(t.suffix)]
     if not fitting:
@@ -120,8 +122,6 @@ def read_record(folder: Path) -> tuple[str, Path]:
 
 
 def _suffix(name: str) -> str:
-    from asrkit import plugins
-
     return str(plugins.get("tokenizer", name).suffix)
 
 
@@ -143,8 +143,6 @@ class BuildReport:
     settings: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        from asrkit.settings import to_dict
-
         return {**to_dict(self), "output": str(self.output)}
 
     def summary(self) -> str:
@@ -161,11 +159,6 @@ def build_tokenizer(name: str, dataset: str, split: str, settings: Sequence[tupl
     ``settings`` (``KEY=VALUE`` pairs of its ``Config``), write it to ``output`` (default:
     ``<dataset>-<name>[-<vocab_size>]<suffix>`` here), load it back and check that it spells
     every transcript."""
-    from asrkit import plugins
-    from asrkit.data.manifest import read_csv
-    from asrkit.datasets import resolve_dataset
-    from asrkit.settings import apply, to_dict
-
     tokenizer = plugins.get("tokenizer", name)
     config = apply(tokenizer.Config(), settings)
     folder = resolve_dataset(dataset)

@@ -51,8 +51,13 @@ from typing import TYPE_CHECKING, Any
 from asrkit import plugins
 from asrkit.config.decoding import choose_decoder
 from asrkit.config.overrides import DecoderChoice
-from asrkit.data.audio import SAMPLE_RATE, SOX_TYPES, AudioError, decode
+from asrkit.data.audio import SOX_TYPES, AudioError, decode
 from asrkit.errors import AsrkitError
+from asrkit.export import ExportedModel, is_export
+from asrkit.frames import SAMPLE_RATE, frame_seconds
+from asrkit.graph import make_logits_fn
+from asrkit.plugins import one_line
+from asrkit.restore import load_run_model
 from asrkit.types import Decoder
 
 if TYPE_CHECKING:
@@ -176,10 +181,6 @@ class CheckpointRecognizer(Recognizer):
     def __init__(self, folder: str | Path, checkpoint: str = "best") -> None:
         import tensorflow as tf
 
-        from asrkit.frames import frame_seconds
-        from asrkit.graph import make_logits_fn
-        from asrkit.restore import load_run_model
-
         run, model, state = load_run_model(folder, checkpoint)
         self.labels = run.labels
         self.frame_seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
@@ -198,8 +199,6 @@ class ExportRecognizer(Recognizer):
     """An exported SavedModel or TFLite model (:class:`asrkit.export.ExportedModel`)."""
 
     def __init__(self, path: str | Path) -> None:
-        from asrkit.export import ExportedModel
-
         self._export = ExportedModel(path)
         meta = self._export.metadata
         self.labels = self._export.labels
@@ -213,8 +212,6 @@ class ExportRecognizer(Recognizer):
 
 def load_recognizer(path: str | Path, checkpoint: str = "best") -> Recognizer:
     """A run folder's checkpoint or an export, whichever ``path`` is."""
-    from asrkit.export import is_export
-
     path = Path(path)
     if is_export(path):
         return ExportRecognizer(path)
@@ -555,8 +552,6 @@ def transcribe_files(files: Sequence[Path], recognizer: Recognizer, decoder: Any
     ``options.failures`` and the others go on. A progress bar counts files (several) or windows
     (one long file) on stderr."""
     from tqdm import tqdm
-
-    from asrkit.plugins import one_line
 
     bar = tqdm(total=len(files), unit="file", desc="transcribe", leave=False,
                disable=not options.progress or len(files) < 2)

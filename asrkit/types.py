@@ -12,12 +12,15 @@ the *last* class, index ``N`` (as in DeepSpeech and ``tf.nn.ctc_loss(blank_index
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from asrkit.errors import AsrkitError
+from asrkit.frames import SAMPLE_RATE, Framing
 from asrkit.settings import setting, validate
 
 if TYPE_CHECKING:
@@ -35,10 +38,6 @@ def safe_name(text: str, fallback: str) -> str:
     """``text`` made usable as a dataset or split name (other characters become ``_``), or
     ``fallback`` when nothing is left."""
     return _NOT_IN_NAMES.sub("_", text).strip("._") or fallback
-
-
-#: The one sample rate of asrkit: imports convert to it, features and models read it.
-SAMPLE_RATE = 16000
 
 
 @dataclass(frozen=True)
@@ -234,8 +233,6 @@ class Decoder(ABC):
 
     def _checked(self, config: Any) -> Any:
         if not isinstance(config, self.Config):
-            from asrkit.errors import AsrkitError
-
             raise AsrkitError(f"the {self.name} decoder takes a {self.Config.__qualname__}, "
                               f"not {type(config).__name__}")
         return config
@@ -244,10 +241,6 @@ class Decoder(ABC):
         """A new decoder with ``config`` (default: this decoder's) and the fields in
         ``changes`` replaced; an unknown field or a value not allowed is an
         :class:`~asrkit.errors.AsrkitError`."""
-        import dataclasses
-
-        from asrkit.errors import AsrkitError
-
         base = self._checked(self.config if config is None else config)
         known = {f.name for f in dataclasses.fields(self.Config)}
         unknown = sorted(set(changes) - known)
@@ -331,8 +324,6 @@ class FeatureExtractor(ABC):
 
     def num_frames(self, num_samples: Any, config: Any) -> Any:
         """Frames out for ``num_samples`` samples in (a Python int or an integer tensor)."""
-        from asrkit.frames import Framing
-
         return Framing.of(config).frames(num_samples)
 
     def extract_batch(self, audio: Any, lengths: Any, config: Any) -> tuple[Any, Any]:

@@ -65,7 +65,7 @@ def test_output_length_is_the_logits_length():
 def test_rel_shift_puts_each_relative_position_in_place():
     import tensorflow as tf
 
-    from asrkit.models.conformer import rel_shift
+    from asrkit.models.conformer_layers import rel_shift
 
     frames = 5
     # Column k of each row scores relative position (frames - 1 - k); fill with row*100 + pos.

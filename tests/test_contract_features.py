@@ -11,10 +11,10 @@ import pytest
 
 from asrkit import frames
 from asrkit.features import MFCC, LogMel, LogMelConfig, MFCCConfig
-from asrkit.frames import FeatureError, Framing
+from asrkit.frames import SAMPLE_RATE, FeatureError, Framing
 from asrkit.testing import check_extractor
 from asrkit.testing.features import check_batch, check_config, check_extract, contract_lengths
-from asrkit.types import SAMPLE_RATE, FeatureConfig, FeatureExtractor
+from asrkit.types import FeatureConfig, FeatureExtractor
 
 
 @pytest.mark.parametrize("extractor, config", [

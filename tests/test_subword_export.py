@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asrkit.labels import Pieces, labels_from_json
+from asrkit.labels import Pieces
 from asrkit.testing.models import make_tiny_run
-from asrkit.text import Alphabet
+from asrkit.text import Alphabet, labels_from_json
 
 # 28 pieces for the 28 symbols of the tiny run; label 0 (the tiny model's "space") is a bare
 # marker, so the greedy path holds runs of markers to collapse.

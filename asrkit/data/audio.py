@@ -14,13 +14,12 @@ import io
 import shutil
 import subprocess
 import wave
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from asrkit.errors import AsrkitError
-from asrkit.types import SAMPLE_RATE
+from asrkit.frames import SAMPLE_RATE
 
 SAMPLE_WIDTH = 2
 
@@ -32,15 +31,6 @@ SOX_TYPES = {".sph": "sph", ".nist": "sph", ".wav": "wav", ".flac": "flac", ".mp
 
 class AudioError(AsrkitError):
     """The audio could not be decoded."""
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A piece of a recording to write: seconds ``start``..``end`` (``None``: whole file)."""
-
-    path: str
-    start: float | None = None
-    end: float | None = None
 
 
 def sox_binary() -> str:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from asrkit.data.audio import cut, decode, wav_bytes
-from asrkit.frames import fits
-from asrkit.types import SAMPLE_RATE, FeatureConfig
+from asrkit.frames import SAMPLE_RATE, fits
+from asrkit.types import FeatureConfig
 
 #: Linux's prctl option that sends a signal to a process when its parent dies.
 PR_SET_PDEATHSIG = 1

@@ -35,6 +35,7 @@ from tqdm import tqdm
 from asrkit import __version__, outputs
 from asrkit.data import download
 from asrkit.data.archive import Source, scan_sources
+from asrkit.data.audio import read_wav
 from asrkit.data.convert import (
     SegmentJob,
     SegmentResult,
@@ -43,11 +44,13 @@ from asrkit.data.convert import (
     die_with_parent,
 )
 from asrkit.data.manifest import Row, csv_text
+from asrkit.data.shards import SHARD_DIR, ShardRecord, is_shard_of, shard_name, write_shard
 from asrkit.datasets import DATASET_JSON, DEFAULT_MAX_SECONDS, asrkit_home
 from asrkit.errors import AsrkitError
 from asrkit.files import write_atomic, write_json
+from asrkit.frames import SAMPLE_RATE
 from asrkit.text import Alphabet, normalize, quote, recording_decodings
-from asrkit.types import DATASET_NAME, SAMPLE_RATE, Importer, Resource, Utterance
+from asrkit.types import DATASET_NAME, Importer, Resource, Utterance
 
 FORMAT_VERSION = 1
 STATE_DIR = ".import"
@@ -372,9 +375,6 @@ def write_shards(dataset: Path, split: str, rows: list[tuple[str, Row]],
                  progress: bool) -> list[str]:
     """Write ``split``'s shards (round-robin over the id-sorted rows); existing shards are
     complete (written atomically) and kept."""
-    from asrkit.data.audio import read_wav
-    from asrkit.data.shards import SHARD_DIR, ShardRecord, is_shard_of, shard_name, write_shard
-
     count = shard_count(sum(row.wav_filesize for _, row in rows), len(rows))
     names = [shard_name(split, i, count) for i in range(count)]
     for stale in (dataset / SHARD_DIR).glob(f"{split}-*.tfrecord*"):

@@ -38,10 +38,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from asrkit import plugins
 from asrkit.config.pipeline import PipelineConfig, PipelineError
 from asrkit.data import augment
-from asrkit.data.shards import SAMPLE_RATE, feature_spec, parse, shard_paths
+from asrkit.data.shards import feature_spec, parse, shard_paths
 from asrkit.errors import AsrkitError
+from asrkit.features import context_windows
+from asrkit.frames import SAMPLE_RATE
 from asrkit.labels import Labels
 from asrkit.text import Alphabet
 from asrkit.types import FeatureExtractor
@@ -244,8 +247,6 @@ class PaddingMeter:
 def resolve_extractor(extractor: FeatureExtractor | str) -> FeatureExtractor:
     """An extractor object, or the installed one of that name (``"mfcc"``, ``"logmel"``)."""
     if isinstance(extractor, str):
-        from asrkit import plugins
-
         return plugins.get("feature", extractor)
     return extractor
 
@@ -434,8 +435,6 @@ def _masker(config: PipelineConfig) -> Callable[[Element, Any], Element]:
 
 def _finisher(config: PipelineConfig) -> Callable[[Element], Element]:
     """The batch as the training engine reads it (see the module docstring)."""
-    from asrkit.features import context_windows
-
     def finish(batch: Element) -> Element:
         out = {
             "features": context_windows(batch["features"], config.context),

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from asrkit.errors import AsrkitError
-from asrkit.types import SAMPLE_RATE
+from asrkit.frames import SAMPLE_RATE
 
 SHARD_DIR = "shards"
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from asrkit import hookimpl
+from asrkit.features import context_windows
 from asrkit.settings import setting, validate
 from asrkit.types import AcousticModel, ModelSpec
 
@@ -57,7 +58,6 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Acous
     import keras
     import tensorflow as tf
 
-    from asrkit.features import context_windows
     from asrkit.models.layers import (
         HoistedBiLSTM,
         choose_rnn_impl,

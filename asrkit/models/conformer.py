@@ -42,89 +42,16 @@ that learns small datasets within minutes on a 2-core CPU; ``tiny`` is for tests
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from asrkit import hookimpl
-from asrkit.errors import AsrkitError
+from asrkit.models.conformer_config import SUBSAMPLING_STRIDE, ConformerConfig
 from asrkit.models.presets import LOGMEL_FULL
-from asrkit.settings import setting, validate
 from asrkit.types import AcousticModel, ModelSpec
 
 if TYPE_CHECKING:
-    import tensorflow as tf
 
     from asrkit.hookspecs import Register
-
-
-@dataclass(frozen=True)
-class ConformerConfig:
-    d_model: int = setting(144, min=1)
-    num_heads: int = setting(4, min=1)
-    num_blocks: int = setting(16, min=1)
-    #: Width of the feed-forward modules' hidden layer, in multiples of ``d_model``.
-    ff_multiplier: int = setting(4, min=1)
-    #: Kernel size of the depthwise convolution (odd: centred on the frame).
-    conv_kernel: int = setting(31, min=1)
-    #: Channels of the two subsampling convolutions (Conformer-S: d_model).
-    subsampling_channels: int = setting(144, min=1)
-    #: Dropout after every module (before the residual sum) and after the subsampling.
-    dropout: float = setting(0.1, min=0, below=1)
-    #: Dropout on the attention probabilities.
-    attention_dropout: float = setting(0.1, min=0, below=1)
-
-    def __post_init__(self) -> None:
-        validate(self)
-        if self.d_model % self.num_heads:
-            raise AsrkitError(f"d_model ({self.d_model}) must be a multiple of num_heads "
-                              f"({self.num_heads})")
-        if self.conv_kernel % 2 == 0:
-            raise AsrkitError(f"conv_kernel must be odd, not {self.conv_kernel}")
-
-
-#: Time stride of each of the two subsampling convolutions.
-SUBSAMPLING_STRIDE = 2
-#: Kernel of the subsampling convolutions (time and frequency).
-SUBSAMPLING_KERNEL = 3
-
-
-def subsampled_length(length: int | tf.Tensor) -> int | tf.Tensor:
-    """Frames out of one stride-2 subsampling convolution: ``ceil(length / 2)`` (python ints or
-    tensors)."""
-    return (length + SUBSAMPLING_STRIDE - 1) // SUBSAMPLING_STRIDE
-
-
-def rel_shift(scores: tf.Tensor) -> tf.Tensor:
-    """Scores ``[B, H, T, 2T-1]`` against relative positions ``T-1 .. -(T-1)`` rearranged to
-    ``[B, H, T, T]``, where ``[i, j]`` is the score for position ``i - j``.
-
-    Transformer-XL's shift: one zero column, a reshape that moves each row one step further
-    left than the one above, and a slice; no gather, so it converts to TFLite built-ins."""
-    import tensorflow as tf
-
-    shape = tf.shape(scores)
-    batch, heads, frames, positions = shape[0], shape[1], shape[2], shape[3]
-    padded = tf.pad(scores, [[0, 0], [0, 0], [0, 0], [1, 0]])
-    padded = tf.reshape(padded, [batch, heads, positions + 1, frames])
-    shifted = tf.reshape(padded[:, :, 1:], [batch, heads, frames, positions])
-    return shifted[:, :, :, :frames]
-
-
-def relative_positions(frames: int | tf.Tensor, d_model: int) -> tf.Tensor:
-    """Sinusoidal encodings ``[2T-1, d_model]`` of the relative positions ``T-1, ..., -(T-1)``
-    (float32)."""
-    import numpy as np
-    import tensorflow as tf
-
-    half = d_model // 2
-    inverse = np.exp(-math.log(10000.0) * np.arange(half) / max(1, half)).astype(np.float32)
-    positions = tf.cast(tf.range(frames - 1, -frames, -1), tf.float32)
-    angles = positions[:, None] * tf.constant(inverse)[None, :]
-    encoding = tf.concat([tf.sin(angles), tf.cos(angles)], axis=-1)
-    if d_model % 2:
-        encoding = tf.pad(encoding, [[0, 0], [0, 1]])
-    return encoding
 
 
 def build_conformer(config: ConformerConfig, num_features: int,

@@ -18,17 +18,43 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from asrkit.models.conformer import (
+from asrkit.models.conformer_config import (
     SUBSAMPLING_KERNEL,
     SUBSAMPLING_STRIDE,
     ConformerConfig,
-    rel_shift,
-    relative_positions,
     subsampled_length,
 )
 
 #: Layer normalisation's epsilon throughout the model.
 NORM_EPSILON = 1e-5
+
+
+def rel_shift(scores: tf.Tensor) -> tf.Tensor:
+    """Scores ``[B, H, T, 2T-1]`` against relative positions ``T-1 .. -(T-1)`` rearranged to
+    ``[B, H, T, T]``, where ``[i, j]`` is the score for position ``i - j``.
+
+    Transformer-XL's shift: one zero column, a reshape that moves each row one step further
+    left than the one above, and a slice; no gather, so it converts to TFLite built-ins."""
+    shape = tf.shape(scores)
+    batch, heads, frames, positions = shape[0], shape[1], shape[2], shape[3]
+    padded = tf.pad(scores, [[0, 0], [0, 0], [0, 0], [1, 0]])
+    padded = tf.reshape(padded, [batch, heads, positions + 1, frames])
+    shifted = tf.reshape(padded[:, :, 1:], [batch, heads, frames, positions])
+    return shifted[:, :, :, :frames]
+
+
+def relative_positions(frames: int | tf.Tensor, d_model: int) -> tf.Tensor:
+    """Sinusoidal encodings ``[2T-1, d_model]`` of the relative positions ``T-1, ..., -(T-1)``
+    (float32)."""
+    import numpy as np
+    half = d_model // 2
+    inverse = np.exp(-math.log(10000.0) * np.arange(half) / max(1, half)).astype(np.float32)
+    positions = tf.cast(tf.range(frames - 1, -frames, -1), tf.float32)
+    angles = positions[:, None] * tf.constant(inverse)[None, :]
+    encoding = tf.concat([tf.sin(angles), tf.cos(angles)], axis=-1)
+    if d_model % 2:
+        encoding = tf.pad(encoding, [[0, 0], [0, 1]])
+    return encoding
 
 
 def swish(x: tf.Tensor) -> tf.Tensor:

@@ -50,6 +50,7 @@ from typing import Any
 
 import pytest
 
+from asrkit import cli
 from asrkit.plugins import PluginSet, set_plugins
 from asrkit.registry import Provider
 from asrkit.testing.decoders import *  # noqa: F403  (the decoder contract checks)
@@ -116,11 +117,9 @@ def make_plugins(monkeypatch: pytest.MonkeyPatch) -> Callable[..., PluginSet]:
 def asrkit_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
     """``asrkit_cli(args, plugins=None)`` runs ``asrkit ARGS`` in this process. Its result holds
     what the command printed; what the test printed before stays in the test's own output."""
-    from asrkit.cli import run
-
     def invoke(args: list[str], plugins: PluginSet | None = None) -> CliResult:
         earlier = capsys.readouterr()
-        code = run([str(a) for a in args], plugins)
+        code = cli.run([str(a) for a in args], plugins)
         out, err = capsys.readouterr()
         sys.stdout.write(earlier.out)  # captured again, for the test and pytest's report
         sys.stderr.write(earlier.err)
@@ -242,12 +241,10 @@ def corpus_server() -> Iterator[CorpusServer]:
 def import_sample(home: Path) -> Path:
     """Import asrkit's bundled ``sample`` corpus (real clips shipped inside asrkit, no network)
     into the asrkit home ``home``; returns the dataset's folder."""
-    from asrkit.cli import run
-
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ASRKIT_HOME", str(home))
         patch.delenv("ASRKIT_MIRROR", raising=False)
-        code = run(["import", "sample", "--no-progress"])
+        code = cli.run(["import", "sample", "--no-progress"])
     if code != 0:
         raise RuntimeError(f"asrkit import sample failed with exit status {code}")
     return home / "datasets" / "sample"

@@ -16,6 +16,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from asrkit.labels import LabelError
+from asrkit.settings import format_value, override
+from asrkit.text import Alphabet
+from asrkit.types import Decoder
+
 __all__ = ["check_batch_matches_single", "check_decoder", "check_empty_input",
            "check_peaked_input", "check_settings_round_trip"]
 
@@ -42,9 +47,6 @@ def check_settings_round_trip(decoder: Any) -> None:
     """``Config`` is a dataclass and ``config`` one of it; every setting, written as the command
     line writes it, parses back to the same ``Config``; ``with_config(config)`` returns a new
     decoder of the same kind using it, and leaves ``decoder`` as it was."""
-    from asrkit.settings import format_value, override
-    from asrkit.types import Decoder
-
     kind: Any = type(decoder).Config
     config = decoder.config
     if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)
@@ -140,8 +142,6 @@ def peaked_logits(alphabet: Any, text: str, peak: float = PEAK,
     lack gets a frame where nothing stands out."""
     import numpy as np
 
-    from asrkit.labels import LabelError
-
     try:
         encoded = list(alphabet.encode(text))
     except LabelError:
@@ -173,6 +173,4 @@ def best_path(logits: Any, lengths: Any, alphabet: Any) -> list[str]:
 def _alphabet(alphabet: Any) -> Any:
     if alphabet is not None:
         return alphabet
-    from asrkit.text import Alphabet
-
     return Alphabet()

@@ -33,6 +33,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from asrkit import cli, plugins
+from asrkit.config.overrides import parse_overrides
+from asrkit.config.pipeline import PipelineConfig
+from asrkit.config.run import RunConfig, build_run_config
+from asrkit.config.train import TrainConfig
+from asrkit.export import ExportedModel, export_run
+from asrkit.features import MFCCConfig
+from asrkit.graph import make_logits_fn
+from asrkit.models.brnn import BRNNConfig
+from asrkit.restore import load_run_model
+from asrkit.runs import Run, new_run
+from asrkit.text import Alphabet
+from asrkit.train.checkpoints import Checkpoints
+from asrkit.train.precision import policy
+from asrkit.transcribe import load_audio
 from asrkit.types import ModelSpec
 
 #: Largest logit difference allowed between an utterance alone and in a padded batch: float32
@@ -189,8 +204,6 @@ def check_precision(spec: ModelSpec, config: Any, num_features: int,
     import numpy as np
     import tensorflow as tf
 
-    from asrkit.train.precision import policy
-
     reference = build_model(spec, config, num_features, num_classes, seed)
     try:
         with policy(precision):
@@ -245,14 +258,12 @@ def check_training(model: str, folder: Path, dataset: str | Path, settings: Sequ
     """``asrkit train`` (the real command and engine) for ``steps`` steps of ``batch_size``
     on ``dataset``, into ``folder``; the per-step losses must be finite and not all equal.
     Returns them."""
-    from asrkit.cli import run
-
     args = ["train", "--model", model, "--dataset", str(dataset), "--run-dir", str(folder),
             "--batch-size", str(batch_size), "-o", f"max_steps={steps}", "-o", "log_every=1",
             "-o", "evaluate_dev=false", "--no-progress"]
     for setting in settings:
         args += ["-o", setting]
-    code = run(args)
+    code = cli.run(args)
     assert code == 0, f"asrkit {' '.join(args)} failed with exit status {code} (see its stderr)"
     events = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     losses = [float(e["loss"]) for e in events if e.get("event") == "step"]
@@ -268,11 +279,6 @@ def check_export(folder: Path, formats: Sequence[str] = ("savedmodel", "tflite")
     compare the export's logits on real speech (``audio``, default :data:`SAMPLE_CLIP`) with
     the Keras model's, called eagerly. Returns the largest difference per format."""
     import numpy as np
-
-    from asrkit.export import ExportedModel, export_run
-    from asrkit.graph import make_logits_fn
-    from asrkit.restore import load_run_model
-    from asrkit.transcribe import load_audio
 
     if audio is None:
         audio = load_audio(sample_clip()).astype(np.float32) / 32768
@@ -302,17 +308,6 @@ def make_tiny_run(folder: Path, seed: int = 3) -> Path:
     import keras
     import numpy as np
 
-    from asrkit.config.pipeline import PipelineConfig
-    from asrkit.config.run import RunConfig
-    from asrkit.config.train import TrainConfig
-    from asrkit.features import MFCCConfig
-    from asrkit.graph import make_logits_fn
-    from asrkit.models.brnn import BRNNConfig
-    from asrkit.runs import Run
-    from asrkit.text import Alphabet
-    from asrkit.train.checkpoints import Checkpoints
-    from asrkit.transcribe import load_audio
-
     config = RunConfig(TrainConfig(model="brnn"), BRNNConfig(**TINY_BRNN), MFCCConfig(),
                        PipelineConfig())
     run = Run(folder, config, Alphabet())
@@ -339,11 +334,6 @@ def check_model(model: str | ModelSpec, folder: str | Path, dataset: str | Path,
     cheap ones first, then a few training steps on ``dataset`` (a name or a folder, e.g. the
     ``tiny_dataset`` fixture) into ``folder``, then an export in each of ``formats``
     (``formats=("savedmodel",)`` for a model TFLite's built-in operations cannot run)."""
-    from asrkit import plugins
-    from asrkit.config.overrides import parse_overrides
-    from asrkit.config.run import build_run_config
-    from asrkit.runs import new_run
-
     name = model if isinstance(model, str) else model.name
     spec = plugins.get("model", name)
     assert isinstance(model, str) or type(spec) is type(model), (

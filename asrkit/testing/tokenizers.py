@@ -20,6 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from asrkit.errors import AsrkitError
+from asrkit.labels import LabelError, Labels
+from asrkit.settings import format_value, override
+from asrkit.text import labels_from_json, normalize
+from asrkit.types import NAME_PATTERN, Tokenizer
+
 __all__ = ["check_build_and_load", "check_deterministic_build", "check_load_refuses_garbage",
            "check_round_trip", "check_symbols", "check_symbols_decode", "check_tokenizer",
            "check_tokenizer_declaration", "check_unknown_character", "check_word_boundaries",
@@ -52,9 +58,6 @@ def check_tokenizer_declaration(tokenizer: Any, config: Any = None) -> None:
     and more); ``Config`` is a frozen dataclass with a default for every setting, ``config``
     (if given) one of it, and each of its settings, written as the command line writes it,
     parses back to the same value."""
-    from asrkit.settings import format_value, override
-    from asrkit.types import NAME_PATTERN, Tokenizer
-
     name = getattr(tokenizer, "name", None)
     if not isinstance(tokenizer, Tokenizer):
         raise AssertionError(f"{tokenizer!r} must subclass asrkit.types.Tokenizer")
@@ -97,8 +100,6 @@ def check_build_and_load(tokenizer: Any, texts: Sequence[str] | None = None,
     nothing beside it (no side files, no temporary files left); ``load`` of it gives
     :class:`~asrkit.labels.Labels` that keep working after the file is gone (a run reads the
     file once). Returns the labels."""
-    from asrkit.labels import Labels
-
     texts = _texts(texts)
     config = tokenizer.Config() if config is None else config
     with tempfile.TemporaryDirectory() as folder:
@@ -196,8 +197,6 @@ def check_unknown_character(labels: Any, texts: Sequence[str] | None = None) -> 
     :class:`~asrkit.labels.LabelError` naming it and the utterance, and ``missing`` names it
     (a run checks its dataset's alphabet with ``missing`` before it starts). ``missing`` of the
     texts themselves is empty."""
-    from asrkit.labels import LabelError
-
     texts = _texts(texts)
     what = type(labels).__name__
     known = set("".join(texts))
@@ -235,8 +234,6 @@ def check_symbols_decode(labels: Any, texts: Sequence[str] | None = None) -> Non
     """Decoding needs nothing but ``symbols`` and ``word_marker``: labels read back from
     ``to_json()`` (what an export's ``asrkit.json`` holds) decode every encoded text as the
     labels themselves do."""
-    from asrkit.labels import labels_from_json
-
     texts = _texts(texts)
     what = type(labels).__name__
     saved = labels.to_json()
@@ -259,8 +256,6 @@ def check_symbols_decode(labels: Any, texts: Sequence[str] | None = None) -> Non
 def check_load_refuses_garbage(tokenizer: Any) -> None:
     """``load`` of a file with the right suffix that is not one of the tokenizer's raises
     :class:`~asrkit.errors.AsrkitError` in one line (a user named the wrong file)."""
-    from asrkit.errors import AsrkitError
-
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"garbage{tokenizer.suffix}"
         path.write_bytes(GARBAGE)
@@ -317,7 +312,6 @@ def held_out_texts(texts: Sequence[str]) -> list[str]:
 
 def sample_texts() -> list[str]:
     """The normalised transcripts of asrkit's bundled ``sample`` corpus."""
-    from asrkit.text import normalize
     from asrkit_importers.sample import DATA, TRANSCRIPTS
 
     lines = (DATA / TRANSCRIPTS).read_text(encoding="utf-8").splitlines()[1:]

@@ -25,7 +25,7 @@ from typing import Any
 from asrkit.config.overrides import Overrides, Setting
 from asrkit.config.run import typed_settings
 from asrkit.errors import AsrkitError
-from asrkit.runs import Run
+from asrkit.runs import Run, load_run
 from asrkit.settings import to_dict
 from asrkit.train.checkpoints import KINDS, Checkpoints
 
@@ -157,8 +157,6 @@ def freeze(model: Any, names: Iterable[str]) -> None:
 def initialise(model: Any, init_from: str, reset: Iterable[str]) -> str:
     """Copy the weights of ``init_from`` (``RUN:kind``) into ``model``, all layers but the
     ``reset`` ones; return a line saying what was loaded."""
-    from asrkit.runs import load_run
-
     name, _, kind = init_from.rpartition(":")
     source_run = load_run(name)
     source_model = _build(source_run, source_run.labels.num_classes)

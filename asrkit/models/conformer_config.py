@@ -1,0 +1,51 @@
+"""The Conformer's settings and its time subsampling: what the plugin module
+(:mod:`asrkit.models.conformer`) and its Keras layers (:mod:`asrkit.models.conformer_layers`)
+both read, kept apart so that the layers need not import the plugin module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from asrkit.errors import AsrkitError
+from asrkit.settings import setting, validate
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+
+@dataclass(frozen=True)
+class ConformerConfig:
+    d_model: int = setting(144, min=1)
+    num_heads: int = setting(4, min=1)
+    num_blocks: int = setting(16, min=1)
+    #: Width of the feed-forward modules' hidden layer, in multiples of ``d_model``.
+    ff_multiplier: int = setting(4, min=1)
+    #: Kernel size of the depthwise convolution (odd: centred on the frame).
+    conv_kernel: int = setting(31, min=1)
+    #: Channels of the two subsampling convolutions (Conformer-S: d_model).
+    subsampling_channels: int = setting(144, min=1)
+    #: Dropout after every module (before the residual sum) and after the subsampling.
+    dropout: float = setting(0.1, min=0, below=1)
+    #: Dropout on the attention probabilities.
+    attention_dropout: float = setting(0.1, min=0, below=1)
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if self.d_model % self.num_heads:
+            raise AsrkitError(f"d_model ({self.d_model}) must be a multiple of num_heads "
+                              f"({self.num_heads})")
+        if self.conv_kernel % 2 == 0:
+            raise AsrkitError(f"conv_kernel must be odd, not {self.conv_kernel}")
+
+
+#: Time stride of each of the two subsampling convolutions.
+SUBSAMPLING_STRIDE = 2
+#: Kernel of the subsampling convolutions (time and frequency).
+SUBSAMPLING_KERNEL = 3
+
+
+def subsampled_length(length: int | tf.Tensor) -> int | tf.Tensor:
+    """Frames out of one stride-2 subsampling convolution: ``ceil(length / 2)`` (python ints or
+    tensors)."""
+    return (length + SUBSAMPLING_STRIDE - 1) // SUBSAMPLING_STRIDE
