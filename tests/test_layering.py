@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import itertools
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -329,3 +330,47 @@ def test_only_the_command_line_imports_asrkit_inside_functions():
     assert not found, ("asrkit modules imported inside functions (import them at the top; "
                        f"only {', '.join(LAZY_IMPORTERS)} import lazily):\n  "
                        + "\n  ".join(found))
+
+
+# -- the layers of docs/architecture.md ----------------------------------------------------------
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def documented_layers(page: Path = ARCHITECTURE) -> dict[str, int]:
+    """``asrkit.runs`` -> its layer's row in the page's table of layers (0 = the first row, the
+    bottom layer); ``asrkit`` for the package itself."""
+    ranks: dict[str, int] = {}
+    rows = [line for line in page.read_text(encoding="utf-8").splitlines()
+            if line.startswith("| ") and not line.startswith(("| layer", "|---"))]
+    for rank, row in enumerate(rows):
+        for name in re.findall(r"`([\w.]+)`", row.split("|")[2]):
+            ranks["asrkit" if name == "asrkit" else f"asrkit.{name}"] = rank
+    return ranks
+
+
+def layer_violations(graph: dict[str, set[str]], ranks: dict[str, int]) -> list[str]:
+    """Each import of a module of a higher layer, and each layer the table does not place."""
+    unplaced = sorted({layer(m) for m in graph} - set(ranks))
+    upward = sorted(f"{source} -> {target}" for source, targets in graph.items()
+                    for target in targets
+                    if layer(source) in ranks and layer(target) in ranks
+                    and ranks[layer(target)] > ranks[layer(source)])
+    return [f"not in the table of layers: {name}" for name in unplaced] + [
+        f"imports a higher layer: {edge}" for edge in upward]
+
+
+def test_the_layer_check_sees_an_upward_import_and_an_unplaced_module():
+    ranks = {"asrkit.low": 0, "asrkit.high": 1}
+    graph = {"asrkit.low": {"asrkit.high"}, "asrkit.high": set(), "asrkit.new": set()}
+    assert layer_violations(graph, ranks) == [
+        "not in the table of layers: asrkit.new",
+        "imports a higher layer: asrkit.low -> asrkit.high"]
+
+
+def test_imports_go_down_the_documented_layers():
+    """Every module is in a layer of docs/architecture.md and imports none above its own."""
+    ranks = documented_layers()
+    assert ranks["asrkit.errors"] == 0 and ranks["asrkit.commands"] == max(ranks.values())
+    found = layer_violations(import_graph(), ranks)
+    assert not found, "against docs/architecture.md:\n" + "\n".join(found)
