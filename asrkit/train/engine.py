@@ -44,6 +44,7 @@ from asrkit.train.growth import Growth, carry_over, saved_model_config
 from asrkit.train.precision import choose_precision, policy
 from asrkit.train.progress import RunProgress
 from asrkit.train.snapshots import hand_over
+from asrkit.train.step import make_optimizer, make_train_step
 from asrkit.train.strategy import is_chief, is_multi_worker, make_strategy, uses_gpus
 
 if TYPE_CHECKING:  # the engine is given a run; loading and saving runs is asrkit.runs's
@@ -90,56 +91,6 @@ class LoopState:
         dropped (their counters start again)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in saved.items() if k in known})
-
-
-def make_optimizer(config: Any, loss_scale: bool = False) -> Any:
-    """Adam with the run's settings; ``loss_scale`` for float16 products (mixed_float16)."""
-    import keras
-
-    inner = keras.optimizers.Adam(
-        learning_rate=config.learning_rate, beta_1=config.beta1, beta_2=config.beta2,
-        epsilon=config.epsilon, global_clipnorm=config.clip_norm or None,
-    )
-    scale = 2.0 ** 15 if loss_scale else 1.0
-    return keras.optimizers.LossScaleOptimizer(inner, initial_scale=scale)
-
-
-def make_train_step(strategy: Any, model: Any, optimizer: Any, spec: Any,
-                    model_config: Any, element_spec: Any = None, clip_norm: float = 0.0) -> Any:
-    """A compiled distributed step: a batch in, the per-utterance losses of all replicas out.
-
-    An utterance CTC cannot align (fewer output frames than its labels and repeats:
-    :mod:`asrkit.ctc`) is left out of the loss and reported as infinite, so the loop names it.
-    Its output frames are the model's ``output_length`` of the extractor's frame count, which
-    the extractor contract makes :func:`asrkit.frames.output_frames` of its samples: the count
-    the run's warning before the first step (:func:`too_short`) and the import use.
-    """
-    import tensorflow as tf
-
-    from asrkit.ctc import ctc_losses
-    from asrkit.train.gradients import apply_gradients
-
-    def replica_step(batch: dict[str, Any]) -> Any:
-        features, lengths = batch["features"], batch["feature_lengths"]
-        with tf.GradientTape() as tape:
-            logits = tf.cast(model((features, lengths), training=True), tf.float32)
-            out_lengths = spec.output_length(model_config, lengths)
-            ctc, feasible = ctc_losses(batch["labels"], batch["label_lengths"], logits,
-                                       out_lengths)
-            loss = tf.nn.compute_average_loss(ctc)
-            scaled = optimizer.scale_loss(loss)
-        variables = model.trainable_variables
-        gradients = tape.gradient(scaled, variables)
-        apply_gradients(optimizer, gradients, variables, clip_norm)
-        return tf.where(feasible, ctc, float("inf"))
-
-    def step(batch: Any) -> Any:
-        per_utterance = strategy.run(replica_step, args=(batch,))
-        return strategy.gather(per_utterance, axis=0)
-
-    if element_spec is None:
-        return tf.function(step, reduce_retracing=True)
-    return tf.function(step, input_signature=[element_spec])
 
 
 class Trainer:
