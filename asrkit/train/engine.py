@@ -39,6 +39,7 @@ from asrkit.frames import fits, frame_seconds
 from asrkit.settings import MAX_SEED
 from asrkit.train import schedules
 from asrkit.train.checkpoints import Checkpoints, append_metrics
+from asrkit.train.clock import RunClock
 from asrkit.train.ema import WeightAverage
 from asrkit.train.growth import Growth, carry_over, saved_model_config
 from asrkit.train.precision import choose_precision, policy
@@ -116,7 +117,6 @@ class Trainer:
         self._build(saved_model_config(run, "latest"))
         self.decoder: Any = None
         self.eval_batches: dict[str, Any] = {}
-        self.schedule = schedules.Schedule(self.config, self._estimated_steps_per_epoch())
         self.padding = PaddingMeter()
 
     def _build(self, model_config: Any) -> None:
@@ -222,7 +222,7 @@ class Trainer:
         """
         import tensorflow as tf
 
-        self.started = time.monotonic()
+        self.clock = RunClock.start(self.config.max_minutes)
         restored = self.checkpoints.restore("latest")
         state = LoopState.from_json(restored) if restored else LoopState()
         if not restored and self.config.init_from:
@@ -259,8 +259,9 @@ class Trainer:
                                "reset": list(self.config.init_reset)})
         self.writer = (tf.summary.create_file_writer(str(self.run.folder / "tensorboard"))
                        if self.chief else tf.summary.create_noop_writer())
-        self.bar = RunProgress(self.config, state, self._estimated_steps_per_epoch(),
-                               self.progress)
+        steps_per_epoch = self._estimated_steps_per_epoch()
+        self.schedule = schedules.Schedule(self.config, steps_per_epoch, self.clock)
+        self.bar = RunProgress(self.config, state, steps_per_epoch, self.clock, self.progress)
         self.last_evaluation = time.monotonic()
         with self.bar, self._stop_on_interrupt():
             while not state.finished and state.epoch < self.config.epochs:
@@ -375,9 +376,9 @@ class Trainer:
                 self._evaluate_dev(state, "cadence")
             if self.config.max_steps and state.global_step >= self.config.max_steps:
                 state.finished, state.stop_reason = True, f"max_steps {self.config.max_steps}"
-            minutes = self.config.max_minutes
-            if minutes and time.monotonic() - self.started > minutes * 60:
-                state.finished, state.stop_reason = True, f"max_minutes {minutes:g}"
+            if self.clock.expired():
+                state.finished = True
+                state.stop_reason = f"max_minutes {self.clock.max_minutes:g}"
             if self.interrupted:
                 state.finished, state.stop_reason = True, "interrupted"
             if state.finished:
