@@ -12,7 +12,7 @@ from asrkit.train import clock as run_clock
 from asrkit.train import schedules
 from asrkit.train.clock import RunClock
 from asrkit.train.config import TrainConfig
-from asrkit.train.engine import LoopState
+from asrkit.train.state import LoopState
 from tests.conftest import TINY
 
 

@@ -8,9 +8,9 @@ import pytest
 from asrkit.train import clock
 from asrkit.train.clock import RunClock
 from asrkit.train.config import TrainConfig
-from asrkit.train.engine import LoopState
 from asrkit.train.progress import RunProgress
 from asrkit.train.schedules import Schedule
+from asrkit.train.state import LoopState
 
 
 @pytest.fixture
