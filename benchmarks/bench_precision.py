@@ -1,7 +1,7 @@
 """Training step time in float32 against bfloat16 mixed precision, for each bundled model.
 
 For each model at its ``cpu`` preset's sizes: the engine's compiled training step
-(``asrkit.train.engine.make_train_step``: CTC, gradients, Adam) on one batch of ``--batch``
+(``asrkit.train.step.make_train_step``: CTC, gradients, Adam) on one batch of ``--batch``
 utterances of ``--seconds`` seconds at most (padded, as in training: ``bench_rnn_paths``'s
 batch and timing), the model built in float32 and again under the
 ``mixed_bfloat16`` policy (as ``asrkit train -o precision=...`` builds it), measured in the same

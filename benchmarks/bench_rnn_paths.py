@@ -71,7 +71,7 @@ def op_types(function, *args) -> set[str]:
 def measure_step(strategy, model, spec, config, batch, steps: int) -> tuple[float, bool]:
     """Median seconds of the engine's step, and whether its graph runs cuDNN's RNN."""
     from asrkit.config.train import TrainConfig
-    from asrkit.train.engine import make_optimizer, make_train_step
+    from asrkit.train.step import make_optimizer, make_train_step
 
     with strategy.scope():
         optimizer = make_optimizer(TrainConfig())

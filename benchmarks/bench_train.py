@@ -194,7 +194,7 @@ def main() -> None:
     import tensorflow as tf
 
     from asrkit.config.train import TrainConfig
-    from asrkit.train.engine import make_optimizer, make_train_step
+    from asrkit.train.step import make_optimizer, make_train_step
 
     if args.model == "brnn":
         from asrkit.models.brnn import BRNN, BRNNConfig

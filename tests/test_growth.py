@@ -12,7 +12,8 @@ import pytest
 from asrkit.config.train import TrainConfig
 from asrkit.errors import AsrkitError
 from asrkit.models.ds2 import DS2, DS2Config
-from asrkit.train.growth import Growth, carry_over
+from asrkit.train.growth import Growth
+from asrkit.train.model import carry_over
 
 #: A tiny ds2 of three GRU layers that starts with one and grows after epochs 1 and 2; no
 #: dropout, so that a resumed run draws nothing an uninterrupted one would not; every step's

@@ -320,9 +320,6 @@ def test_no_import_cycles_between_layers():
                        + "\nthrough these imports:\n" + "\n".join(through))
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "being converted in parallel: asrkit/runs.py, evaluate.py, watch.py, decoder_search.py, "
-    "decoders/__init__.py, train/* and models/* still import asrkit modules in functions"))
 def test_only_the_command_line_imports_asrkit_inside_functions():
     """Elsewhere a module's asrkit imports are at its top, where a reader sees what it
     depends on (move the import up; where that would close a cycle, the cycle is the bug)."""

@@ -9,8 +9,10 @@ import pytest
 
 from asrkit.config.train import TrainConfig
 from asrkit.errors import AsrkitError
+from asrkit.train import clock as run_clock
 from asrkit.train import schedules
-from asrkit.train.engine import LoopState
+from asrkit.train.clock import RunClock
+from asrkit.train.state import LoopState
 from tests.conftest import TINY
 
 
@@ -51,7 +53,7 @@ def test_cosine_horizon_is_max_steps_else_the_epochs_updates():
                              LoopState()) == 70
     config = TrainConfig(lr_schedule="cosine", epochs=5, accumulate_steps=2)
     state = LoopState()
-    schedule = schedules.Schedule(config, batches_per_epoch=9)  # estimated: 5 updates an epoch
+    schedule = schedules.Schedule(config, 9, RunClock.start())  # estimated: 5 updates an epoch
     schedule.rate(state)
     assert state.schedule_steps == 25
     state.steps_per_epoch = 11  # the first epoch counted its batches: 6 updates an epoch
@@ -63,9 +65,9 @@ def test_a_time_budget_horizon_leaves_out_the_compiling_steps(monkeypatch):
     """Steps 1-5 take 20 s (compiling, filling the pipeline), the rest 1 s: the horizon is what
     the budget allows at 1 s a step, not at the average of the first steps."""
     clock = [1000.0]
-    monkeypatch.setattr(schedules.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(run_clock.time, "monotonic", lambda: clock[0])
     config = TrainConfig(lr_schedule="cosine", epochs=1000, max_minutes=10)
-    schedule = schedules.Schedule(config, batches_per_epoch=10_000)
+    schedule = schedules.Schedule(config, 10_000, RunClock.start(config.max_minutes))
     state = LoopState()
     while not state.schedule_steps:
         schedule.rate(state)
@@ -77,7 +79,7 @@ def test_a_time_budget_horizon_leaves_out_the_compiling_steps(monkeypatch):
         schedules.PROBE_FROM + schedules.PROBE_STEPS + 600 - spent, abs=2)
     # A resumed process keeps the horizon its run estimated, however fast it goes.
     steps = state.schedule_steps
-    resumed = schedules.Schedule(config, batches_per_epoch=10_000)
+    resumed = schedules.Schedule(config, 10_000, RunClock.start(config.max_minutes))
     clock[0] += 500
     resumed.rate(state)
     assert state.schedule_steps == steps
@@ -89,12 +91,13 @@ def test_a_time_budget_horizon_counts_the_dev_evaluations(monkeypatch):
     rate reaches its floor then. Estimated once from the first updates' speed it was 21 % long
     in such a run."""
     clock = [1000.0]
-    monkeypatch.setattr(schedules.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(run_clock.time, "monotonic", lambda: clock[0])
     config = TrainConfig(lr_schedule="cosine", epochs=1000, max_minutes=60, lr_floor=0.0)
-    schedule = schedules.Schedule(config, batches_per_epoch=300)
-    started, state = clock[0], LoopState()
+    budget = RunClock.start(config.max_minutes)
+    schedule = schedules.Schedule(config, 300, budget)
+    state = LoopState()
     horizons = []
-    while clock[0] - started <= config.max_minutes * 60:  # the engine's stop
+    while not budget.expired():  # the loop's stop
         schedule.rate(state)
         horizons.append(state.schedule_steps)
         clock[0] += 20.0 if state.global_step < schedules.PROBE_FROM else 1.0

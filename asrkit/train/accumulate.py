@@ -18,21 +18,28 @@ only between updates.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from asrkit.train.gradients import apply_gradients
+from asrkit.train.step import Batch, forward_and_loss
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
+    from asrkit.types import ModelSpec
 
 
 class AccumulatingStep:
-    """Called like the engine's train step (a batch in, every replica's per-utterance losses
-    out); applies the update on every ``steps``-th call, or on :meth:`flush`. ``pending`` is
-    the number of micro-batches gathered and not yet applied."""
+    """Called like :func:`asrkit.train.step.make_train_step`'s step (a batch in, every
+    replica's per-utterance losses out); applies the update on every ``steps``-th call, or on
+    :meth:`flush`. ``pending`` is the number of micro-batches gathered and not yet applied."""
 
-    def __init__(self, strategy: Any, model: Any, optimizer: Any, spec: Any,
+    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model,
+                 optimizer: keras.optimizers.LossScaleOptimizer, spec: ModelSpec,
                  model_config: Any, steps: int, element_spec: Any = None,
                  clip_norm: float = 0.0) -> None:
         import tensorflow as tf
-
-        from asrkit.ctc import ctc_losses
-        from asrkit.train.gradients import apply_gradients
 
         self.steps, self.pending = steps, 0
         variables = model.trainable_variables
@@ -43,21 +50,14 @@ class AccumulatingStep:
             count = tf.Variable(0.0, **on_read)
         self._variables = (sums, count)  # kept alive for the functions below
 
-        def replica_add(batch: dict[str, Any]) -> Any:
-            features, lengths = batch["features"], batch["feature_lengths"]
-            with tf.GradientTape() as tape:
-                logits = tf.cast(model((features, lengths), training=True), tf.float32)
-                out_lengths = spec.output_length(model_config, lengths)
-                ctc, feasible = ctc_losses(batch["labels"], batch["label_lengths"], logits,
-                                           out_lengths)
-                total = tf.reduce_sum(ctc)
-                scaled = optimizer.scale_loss(total)
-            gradients = tape.gradient(scaled, variables)
+        def replica_add(batch: Batch) -> tf.Tensor:
+            losses, gradients = forward_and_loss(model, spec, model_config, optimizer, batch,
+                                                 tf.reduce_sum)
             for accumulated, gradient in zip(sums, gradients, strict=True):
                 if gradient is not None:
                     accumulated.assign_add(tf.convert_to_tensor(gradient))
-            count.assign_add(tf.cast(tf.shape(ctc)[0], tf.float32))
-            return tf.where(feasible, ctc, float("inf"))
+            count.assign_add(tf.cast(tf.shape(losses)[0], tf.float32))
+            return losses
 
         def replica_apply() -> None:
             utterances = tf.distribute.get_replica_context().all_reduce("sum", tf.identity(count))
@@ -68,14 +68,14 @@ class AccumulatingStep:
                 accumulated.assign(tf.zeros_like(accumulated))
             count.assign(0.0)
 
-        def add(batch: Any) -> Any:
+        def add(batch: Batch) -> tf.Tensor:
             return strategy.gather(strategy.run(replica_add, args=(batch,)), axis=0)
 
         self._add = (tf.function(add, reduce_retracing=True) if element_spec is None
                      else tf.function(add, input_signature=[element_spec]))
         self._apply = tf.function(lambda: strategy.run(replica_apply))
 
-    def __call__(self, batch: Any) -> Any:
+    def __call__(self, batch: Batch) -> tf.Tensor:
         losses = self._add(batch)
         self.pending += 1
         if self.pending >= self.steps:

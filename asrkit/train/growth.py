@@ -12,15 +12,30 @@ A growth builds the bigger model and carries over, by weight path (which names t
 moments, the step counters); the new layers keep their fresh initialisation. Existing layers keep
 their names, so the variables of a checkpoint keep theirs. A run's size is a function of its
 epoch counter (:meth:`Growth.layers_at`), so a resumed run builds the model at the size its
-checkpoint was saved with and restores it exactly.
+checkpoint was saved with and restores it exactly. The new layers' initial weights are drawn
+from the seed and the epoch alone (:meth:`Growth.grow`), so a run resumed before a growth draws
+them as the uninterrupted run did.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from tqdm import tqdm
 
 from asrkit.errors import AsrkitError
+from asrkit.settings import MAX_SEED
+from asrkit.train.checkpoints import KINDS, Checkpoints
+
+if TYPE_CHECKING:
+
+    from asrkit.config.train import TrainConfig
+    from asrkit.runs import Run
+    from asrkit.train.model import TrainedModel
+    from asrkit.train.records import RunRecords
+    from asrkit.train.state import LoopState
+    from asrkit.types import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -35,7 +50,7 @@ class Growth:
     epochs: tuple[int, ...]
 
     @classmethod
-    def of(cls, train: Any, spec: Any, model_config: Any) -> Growth | None:
+    def of(cls, train: TrainConfig, spec: ModelSpec, model_config: Any) -> Growth | None:
         """The growth of a run with ``train``'s ``grow_epochs`` (None when it has none); a model
         that cannot grow, or a schedule that would leave no layer to start with, is an
         :class:`AsrkitError`."""
@@ -65,12 +80,27 @@ class Growth:
         """Whether a layer is added when the ``epoch``-th epoch (1-based) ends."""
         return epoch in self.epochs
 
+    def grow(self, trained: TrainedModel, state: LoopState, records: RunRecords) -> None:
+        """Add a layer: the bigger model takes the existing layers' weights and optimiser
+        state; the best checkpoint is chosen again among the bigger model's evaluations (it is
+        what the run ends with, and what a plateau restores)."""
+        layers = self.layers_at(state.epoch)
+        # The new layers' initial weights depend on the seed and the epoch alone, so that a run
+        # resumed before this growth draws them as the uninterrupted run did.
+        trained.grow_to(self.config_at(trained.run.model_config, state.epoch),
+                        seed=(trained.config.seed + state.epoch) % (MAX_SEED + 1))
+        if trained.ema:
+            state.ema_from_step = state.global_step
+        state.best, state.best_epoch, state.best_step = None, -1, -1
+        state.evaluations_without_improvement = state.evaluations_since_lr_change = 0
+        records.metrics({"event": "grow", "epoch": state.epoch, "layers": layers})
+        if records.chief:
+            tqdm.write(f"epoch {state.epoch}: grown to {layers} layers (model.{self.field})")
 
-def saved_model_config(run: Any, kind: str = "latest") -> Any:
+
+def saved_model_config(run: Run, kind: str = "latest") -> Any:
     """The model config of ``run``'s ``kind`` checkpoint (the other kind's when it has none):
     the run's own, at the size the checkpoint's epoch counter implies when the run grows."""
-    from asrkit.train.checkpoints import KINDS, Checkpoints
-
     growth = Growth.of(run.train, run.spec, run.model_config)
     if growth is None:
         return run.model_config
@@ -85,20 +115,3 @@ def saved_model_config(run: Any, kind: str = "latest") -> Any:
     return growth.config_at(run.model_config, 0)
 
 
-def carry_over(old: Any, new: Any) -> int:
-    """Assign each variable of ``new`` the value of ``old``'s variable of the same path (a model
-    and its grown version, or their optimisers); the others keep theirs. Returns how many were
-    carried over. A path whose shape changed is an error: a growth adds layers, it does not
-    reshape the existing ones."""
-    by_path = {variable.path: variable for variable in old.variables}
-    carried = 0
-    for variable in new.variables:
-        source = by_path.get(variable.path)
-        if source is None:
-            continue
-        if tuple(source.shape) != tuple(variable.shape):
-            raise AsrkitError(f"growth changed the shape of {variable.path} from "
-                              f"{tuple(source.shape)} to {tuple(variable.shape)}")
-        variable.assign(source.value)
-        carried += 1
-    return carried

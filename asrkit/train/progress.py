@@ -11,37 +11,44 @@ the last dev WER/CER, and utterances and audio seconds trained per second of tra
 from __future__ import annotations
 
 import math
-import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from asrkit.config.train import TrainConfig
+    from asrkit.train.clock import RunClock
+    from asrkit.train.state import LoopState
 
 #: Weight of the newest batch in the smoothed loss (about the last 20 batches count).
 LOSS_SMOOTHING = 0.05
 
 
 class RunProgress:
-    """The run's bar and the running figures the metrics log shares with it."""
+    """The run's bar and the running figures the metrics log shares with it; with a time
+    budget, the bar shows the run's ``clock``, the one the loop stops by."""
 
-    def __init__(self, config: Any, state: Any, steps_per_epoch: int | None,
-                 enabled: bool = True) -> None:
+    def __init__(self, config: TrainConfig, state: LoopState, steps_per_epoch: int | None,
+                 clock: RunClock, enabled: bool = True) -> None:
         self.config = config
         self.steps_per_epoch = state.steps_per_epoch or steps_per_epoch
-        self.started = time.monotonic()
+        self.clock = clock
         self.loss: float | None = None
         self.dev = ""
         self.utterances = self.audio = self.busy = 0.0
-        self.by_time = bool(config.max_minutes)
+        self.by_time = bool(clock.max_minutes)
         if self.by_time:
-            total: float | None = config.max_minutes * 60
+            total: float | None = clock.budget_seconds
             unit, initial = "s", 0.0
             bar_format = ("{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining} of "
-                          f"{config.max_minutes:g} min, {{postfix}}")
+                          f"{clock.max_minutes:g} min, {{postfix}}")
         else:
             total, unit, initial = self._total_steps(), "step", state.global_step
             bar_format = None
         self.bar = tqdm(total=total, initial=initial, unit=unit, desc="train",
                         bar_format=bar_format, disable=not enabled, dynamic_ncols=True)
+        if self.by_time and not self.bar.disable:  # tqdm's elapsed and remaining: the clock's
+            self.bar.start_t -= clock.elapsed()
 
     def _total_steps(self) -> int | None:
         if self.config.max_steps:
@@ -52,7 +59,7 @@ class RunProgress:
 
     # -- what the loop reports ----------------------------------------------------------------
 
-    def step(self, state: Any, loss: float, utterances: int, audio_seconds: float,
+    def step(self, state: LoopState, loss: float, utterances: int, audio_seconds: float,
              seconds: float) -> None:
         if math.isfinite(loss):
             self.loss = loss if self.loss is None else (
@@ -61,12 +68,12 @@ class RunProgress:
         self.audio += audio_seconds
         self.busy += seconds
         if self.by_time:
-            self.bar.update(min(time.monotonic() - self.started, self.bar.total) - self.bar.n)
+            self.bar.update(min(self.clock.elapsed(), self.bar.total) - self.bar.n)
         else:
             self.bar.update(1)
         self.bar.set_postfix_str(self._postfix(state), refresh=False)
 
-    def epoch_done(self, state: Any) -> None:
+    def epoch_done(self, state: LoopState) -> None:
         """The first finished epoch gives the true steps an epoch: correct the total."""
         self.steps_per_epoch = state.steps_per_epoch
         if not self.by_time and not self.config.max_steps:
@@ -84,7 +91,7 @@ class RunProgress:
     def audio_per_second(self) -> float:
         return self.audio / max(self.busy, 1e-9)
 
-    def _postfix(self, state: Any) -> str:
+    def _postfix(self, state: LoopState) -> str:
         parts = [f"step {state.global_step}", f"epoch {state.epoch + 1}/{self.config.epochs}"]
         if self.loss is not None:
             parts.append(f"loss {self.loss:.2f}")
@@ -99,5 +106,5 @@ class RunProgress:
     def __enter__(self) -> RunProgress:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.bar.close()

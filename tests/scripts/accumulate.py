@@ -18,7 +18,7 @@ from comparison import largest_difference, linear_optimizer  # noqa: E402
 from tiny_brnn_batch import batch, config, initial, spec  # noqa: E402
 
 from asrkit.train.accumulate import AccumulatingStep  # noqa: E402
-from asrkit.train.engine import make_train_step  # noqa: E402
+from asrkit.train.step import make_train_step  # noqa: E402
 
 LEARNING_RATE, CLIP_NORM = 1.0, 0.5  # a norm the gradient exceeds
 

@@ -23,7 +23,7 @@ import tensorflow as tf  # noqa: E402
 from comparison import largest_difference, linear_optimizer  # noqa: E402
 
 from asrkit.models.brnn import BRNN, BRNNConfig  # noqa: E402
-from asrkit.train.engine import make_train_step  # noqa: E402
+from asrkit.train.step import make_train_step  # noqa: E402
 from asrkit.train.strategy import make_strategy  # noqa: E402
 
 STEPS, GLOBAL, FRAMES = 3, 4, 40

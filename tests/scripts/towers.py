@@ -15,7 +15,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 from comparison import largest_difference, linear_optimizer  # noqa: E402
 from tiny_brnn_batch import batch, config, initial, spec  # noqa: E402
 
-from asrkit.train.engine import make_train_step  # noqa: E402
+from asrkit.train.step import make_train_step  # noqa: E402
 
 
 def train_one_step(devices: list[str]) -> list[np.ndarray]:
