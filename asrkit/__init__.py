@@ -8,7 +8,7 @@ compute with it, so ``asrkit --help`` and ``asrkit plugins`` answer at once.
 
 import os
 
-from asrkit.errors import AsrkitError
+from asrkit.core.errors import AsrkitError
 from asrkit.hookspecs import hookimpl
 
 # TensorFlow reads these when it is first imported, which asrkit always does later and lazily.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 # -- Plugin hooks and errors -------------------------------------------------------------------
 from asrkit import __version__
-from asrkit.errors import AsrkitError
+from asrkit.core.errors import AsrkitError
 from asrkit.hookspecs import hookimpl
 
 # isort: split
@@ -40,20 +40,20 @@ from asrkit.types import (
 
 # isort: split
 # -- Settings: the fields of a component's ``Config`` dataclass ----------------------------------
-from asrkit.settings import SettingInfo, describe, format_value, parse_value, setting, validate
+from asrkit.core.settings import SettingInfo, describe, format_value, parse_value, setting, validate
 
 # isort: split
 # -- Features: frame geometry ------------------------------------------------------------------
-from asrkit.frames import SAMPLE_RATE, Framing
+from asrkit.core.frames import SAMPLE_RATE, Framing
 
 # isort: split
 # -- Text --------------------------------------------------------------------------------------
-from asrkit.labels import PIECE_MARKER, LabelError, Labels, Pieces
-from asrkit.text import Alphabet, decode_text, normalize, quote
+from asrkit.core.labels import PIECE_MARKER, LabelError, Labels, Pieces
+from asrkit.core.text import Alphabet, decode_text, normalize, quote
 
 # isort: split
 # -- Datasets: where they are and what they hold -----------------------------------------------
-from asrkit.datasets import DATASET_JSON, asrkit_home, load_dataset_json, resolve_dataset
+from asrkit.dataset.folders import DATASET_JSON, asrkit_home, load_dataset_json, resolve_dataset
 
 # isort: split
 # -- Decoding: the one CTC prefix beam search and its scorer interface -------------------------
@@ -61,8 +61,8 @@ from asrkit.decoders.beam import BeamConfig, BeamDecoder, BeamSearchDecoder
 from asrkit.decoders.scoring import Hypothesis, WordScorer
 
 if TYPE_CHECKING:
-    from asrkit.data.manifest import Row, read_csv
-    from asrkit.data.shards import ShardRecord, read_records, shard_paths
+    from asrkit.dataset.manifest import Row, read_csv
+    from asrkit.dataset.shards import ShardRecord, read_records, shard_paths
     from asrkit.decoders.prefix import PrefixBeamSearch, log_softmax
 
 __all__ = [
@@ -120,11 +120,11 @@ __all__ = [
 _LAZY = {
     "PrefixBeamSearch": "asrkit.decoders.prefix",
     "log_softmax": "asrkit.decoders.prefix",
-    "Row": "asrkit.data.manifest",
-    "read_csv": "asrkit.data.manifest",
-    "ShardRecord": "asrkit.data.shards",
-    "read_records": "asrkit.data.shards",
-    "shard_paths": "asrkit.data.shards",
+    "Row": "asrkit.dataset.manifest",
+    "read_csv": "asrkit.dataset.manifest",
+    "ShardRecord": "asrkit.dataset.shards",
+    "read_records": "asrkit.dataset.shards",
+    "shard_paths": "asrkit.dataset.shards",
 }
 
 

@@ -21,7 +21,7 @@ import click
 
 from asrkit import __version__
 from asrkit.commands.plugins import plugins_command
-from asrkit.errors import OUT_OF_MEMORY, AsrkitError, describe_os_error
+from asrkit.core.errors import OUT_OF_MEMORY, AsrkitError, describe_os_error
 from asrkit.plugins import PluginSet, get_plugins, one_line
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -119,11 +119,11 @@ def build_cli(plugins: PluginSet) -> click.Group:
 
 def configure_tensorflow_logging(args: list[str]) -> None:
     """TensorFlow logs nothing below ``TF_CPP_MIN_LOG_LEVEL`` (3, errors hidden too, unless the
-    user set it), not even the lines its libraries write as they load (:mod:`asrkit.tflog`).
+    user set it), not even the lines its libraries write as they load (:mod:`asrkit.core.tflog`).
     With ``-v`` or ``ASRKIT_DEBUG``, TensorFlow logs as it does by default (unless the user set
     the level)."""
     import asrkit
-    from asrkit import tflog
+    from asrkit.core import tflog
 
     if _verbose(args):
         if not asrkit.TF_LOG_LEVEL_FROM_USER:

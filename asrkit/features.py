@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from asrkit import hookimpl
-from asrkit.frames import FeatureError, count_frames, frame_geometry
+from asrkit.core.frames import FeatureError, count_frames, frame_geometry
+from asrkit.core.settings import setting, validate
 from asrkit.hookspecs import Register
-from asrkit.settings import setting, validate
 from asrkit.types import FeatureConfig, FeatureExtractor
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def _check_common(config: MFCCConfig | LogMelConfig) -> None:
         )
 
 
-# -- the spectrum (frame counts are asrkit.frames') --------------------------------------------
+# -- the spectrum (frame counts are asrkit.core.frames') -------------------------------------------
 
 
 def _preemphasize(audio: tf.Tensor, coefficient: float) -> tf.Tensor:
@@ -319,7 +319,8 @@ def context_windows(features: tf.Tensor, context: int) -> tf.Tensor:
 
 class SpectralExtractor(FeatureExtractor):
     """Shared framing of the spectral extractors: pre-emphasis, python_speech_features' framing
-    (:mod:`asrkit.frames`), power spectrum; subclasses turn the power spectrum into features."""
+    (:mod:`asrkit.core.frames`), power spectrum; subclasses turn the power spectrum into
+    features."""
 
     @abstractmethod
     def _window(self, config: Any) -> np.ndarray | None:

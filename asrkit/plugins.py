@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from asrkit import hookspecs
-from asrkit.errors import PluginError
+from asrkit.core.errors import PluginError
 from asrkit.registry import Provider, Registry
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from asrkit.errors import PluginError
+from asrkit.core.errors import PluginError
 from asrkit.types import KINDS, NAME_PATTERN
 
 #: The distribution whose plugins are asrkit's own: their names can never be taken by another.

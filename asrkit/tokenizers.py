@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from asrkit import plugins
-from asrkit.data.manifest import read_csv
-from asrkit.datasets import resolve_dataset
-from asrkit.errors import AsrkitError
-from asrkit.files import write_json
+from asrkit.core.errors import AsrkitError
+from asrkit.core.files import write_json
+from asrkit.core.labels import Labels
+from asrkit.core.settings import apply, to_dict
+from asrkit.core.text import Alphabet, AlphabetError
+from asrkit.dataset.folders import resolve_dataset
+from asrkit.dataset.manifest import read_csv
 from asrkit.hookspecs import Register, hookimpl
-from asrkit.labels import Labels
-from asrkit.settings import apply, to_dict
-from asrkit.text import Alphabet, AlphabetError
 from asrkit.types import Tokenizer
 
 #: ``-o tokenizer=`` for characters: the dataset's own alphabet.

@@ -5,7 +5,7 @@ registered object against them, so a plugin that registers something malformed i
 time instead of failing in the middle of a training run.
 
 **The CTC blank convention, stated once:** for labels of ``N`` symbols (an alphabet's characters
-or a tokenizer's pieces, :mod:`asrkit.labels`), a model outputs ``N + 1`` classes; classes
+or a tokenizer's pieces, :mod:`asrkit.core.labels`), a model outputs ``N + 1`` classes; classes
 ``0 .. N-1`` are the symbols in order (an alphabet file's order) and the blank is
 the *last* class, index ``N`` (as in DeepSpeech and ``tf.nn.ctc_loss(blank_index=-1)``).
 """
@@ -19,9 +19,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from asrkit.errors import AsrkitError
-from asrkit.frames import SAMPLE_RATE, Framing
-from asrkit.settings import setting, validate
+from asrkit.core.errors import AsrkitError
+from asrkit.core.frames import SAMPLE_RATE, Framing
+from asrkit.core.settings import setting, validate
 
 if TYPE_CHECKING:
     import click
@@ -201,14 +201,14 @@ class Decoder(ABC):
     ``asrkit transcribe``, ``asrkit plugins --settings``):
 
     - ``Config``: a frozen dataclass of the decoder's settings with their defaults, declared
-      with :func:`asrkit.settings.setting` (``NoSettings`` when there are none). The command
-      line sets its fields with ``-o decoder.KEY=VALUE``, typed by :mod:`asrkit.settings`.
+      with :func:`asrkit.core.settings.setting` (``NoSettings`` when there are none). The command
+      line sets its fields with ``-o decoder.KEY=VALUE``, typed by :mod:`asrkit.core.settings`.
     - ``decoder.config``: this decoder's settings, a ``Config``.
     - ``decoder.with_config(config)``: a new decoder of the same kind using ``config`` (a
       ``Config``); the registered instance keeps its defaults. ``with_config(**changes)``
       replaces single fields of this decoder's config.
     - ``decode(logits, lengths, labels)``: one transcript per utterance of the batch;
-      ``labels`` are the run's :class:`asrkit.labels.Labels` (characters or subword pieces).
+      ``labels`` are the run's :class:`asrkit.core.labels.Labels` (characters or subword pieces).
 
     The defaults here serve a decoder whose ``__init__`` takes only ``config``: it stores it
     (``None``: the defaults). A decoder with another ``__init__`` overrides ``with_config``.
@@ -240,7 +240,7 @@ class Decoder(ABC):
     def with_config(self, config: Any = None, /, **changes: Any) -> Decoder:
         """A new decoder with ``config`` (default: this decoder's) and the fields in
         ``changes`` replaced; an unknown field or a value not allowed is an
-        :class:`~asrkit.errors.AsrkitError`."""
+        :class:`~asrkit.core.errors.AsrkitError`."""
         base = self._checked(self.config if config is None else config)
         known = {f.name for f in dataclasses.fields(self.Config)}
         unknown = sorted(set(changes) - known)
@@ -267,7 +267,7 @@ class FeatureConfig:
     """What every feature extractor's ``Config`` declares: how it frames audio.
 
     An extractor's ``Config`` subclasses this (adding its own settings, all with defaults), so
-    that the core can count frames without running it (:mod:`asrkit.frames`): the importer's
+    that the core can count frames without running it (:mod:`asrkit.core.frames`): the importer's
     and the engine's check that a transcript fits its audio, the seconds a batch holds, word
     times in transcripts, an export's ``frame_seconds``. Window and step are rounded half up to
     whole samples.
@@ -295,7 +295,7 @@ class FeatureExtractor(ABC):
       core reads those three; a ``Config`` without them is a one-line error at ``train``).
     - ``extract(audio, config)`` takes float32 audio ``[samples]`` in [-1, 1] (``samples >= 1``)
       and returns float32 ``[frames, num_features(config)]``, finite, with
-      ``frames = asrkit.frames.Framing.of(config).frames(samples)``: one frame for anything up
+      ``frames = asrkit.core.frames.Framing.of(config).frames(samples)``: one frame for anything up
       to a window, else ``1 + ceil((samples - window) / step)`` (the last frame zero-padded).
       Per-utterance normalisation, if any, is part of it.
     - ``extract_batch(audio, lengths, config)`` takes a zero-padded batch ``[batch, samples]``
@@ -361,7 +361,7 @@ class Tokenizer(ABC):
     - ``build(texts, config, path)``: learn a vocabulary from normalised transcripts (lower
       case, single spaces, the dataset's alphabet) and write it to ``path``. It must be able to
       spell every transcript it was built from.
-    - ``load(path)``: the :class:`asrkit.labels.Labels` the file describes: ``symbols`` (the
+    - ``load(path)``: the :class:`asrkit.core.labels.Labels` the file describes: ``symbols`` (the
       model's classes before the blank, in order), ``word_marker`` (how a symbol says it starts
       a word) and ``encode``. Decoding, word times and exports read only ``symbols`` and
       ``word_marker``; ``encode`` serves training and forced alignment. ``load`` of what
@@ -383,8 +383,8 @@ class Tokenizer(ABC):
 
     @abstractmethod
     def load(self, path: Any) -> Any:
-        """The :class:`asrkit.labels.Labels` of a file :meth:`build` wrote; an
-        :class:`~asrkit.errors.AsrkitError` in one line when the file is not one."""
+        """The :class:`asrkit.core.labels.Labels` of a file :meth:`build` wrote; an
+        :class:`~asrkit.core.errors.AsrkitError` in one line when the file is not one."""
 
 
 #: What each ``register_*`` hook accepts, by registry kind.

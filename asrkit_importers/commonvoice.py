@@ -39,8 +39,7 @@ from typing import Any
 import click
 
 from asrkit import hookimpl
-from asrkit.errors import AsrkitError
-from asrkit.text import decode_text, quote
+from asrkit.api import AsrkitError, decode_text, quote
 from asrkit.types import Importer, Resource, Utterance
 
 LISTINGS = {"train.tsv": "train", "dev.tsv": "dev", "test.tsv": "test"}

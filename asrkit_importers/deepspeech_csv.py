@@ -33,8 +33,7 @@ from typing import Any
 import click
 
 from asrkit import hookimpl
-from asrkit.errors import AsrkitError
-from asrkit.text import decode_text, quote
+from asrkit.api import AsrkitError, decode_text, quote
 from asrkit.types import DATASET_NAME, Importer, Resource, Utterance, safe_name
 
 #: Words in a CSV's name that say which split it is.

@@ -35,8 +35,7 @@ from typing import Any
 import click
 
 from asrkit import hookimpl
-from asrkit.errors import AsrkitError
-from asrkit.text import decode_text, quote
+from asrkit.api import AsrkitError, decode_text, quote
 from asrkit.types import DATASET_NAME, Importer, Resource, Utterance, safe_name
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".sph", ".nist", ".m4a", ".aiff",

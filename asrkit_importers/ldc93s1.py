@@ -12,8 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from asrkit import hookimpl
-from asrkit.errors import AsrkitError
-from asrkit.text import decode_text, quote
+from asrkit.api import AsrkitError, decode_text, quote
 from asrkit.types import Importer, Resource, Utterance
 
 BASE = "https://catalog.ldc.upenn.edu/desc/addenda/"

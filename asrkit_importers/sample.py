@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from asrkit import hookimpl
-from asrkit.text import decode_text
+from asrkit.api import decode_text
 from asrkit.types import Importer, Resource, Utterance
 
 DATA = Path(__file__).parent / "sample_data"

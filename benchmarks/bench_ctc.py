@@ -1,5 +1,5 @@
 """The CTC loss with its gradient: TensorFlow's dense implementation (``tf.nn.ctc_loss`` on
-padded labels, the baseline) against ``asrkit.ctc.ctc_losses`` on a CPU (its C++ kernel through
+padded labels, the baseline) against ``asrkit.core.ctc.ctc_losses`` on a CPU (its C++ kernel through
 sparse labels), in one run, on batches shaped as the bundled models' ``cpu`` presets train:
 
 - ``ds2``/``conformer``: 16 utterances, 40 ms frames (time stride 4);
@@ -28,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 import tensorflow as tf
 
-from asrkit.ctc import ctc_losses
+from asrkit.core.ctc import ctc_losses
 
 CLASSES = 29
 CHARACTERS_PER_SECOND = 15

@@ -48,10 +48,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "asrkit-decoder-kenlm"))  # the plugin, from source
 
+from asrkit.core.text import Alphabet  # noqa: E402
 from asrkit.decoders.beam import BeamDecoder  # noqa: E402
 from asrkit.decoders.greedy import GreedyDecoder  # noqa: E402
 from asrkit.decoders.prefix import log_softmax  # noqa: E402
-from asrkit.text import Alphabet  # noqa: E402
 
 ALPHABET = Alphabet()
 DEFAULT_VENV = Path(tempfile.gettempdir()) / "pyctc-venv"

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEECH = ROOT / "tests" / "fixtures" / "speech"
 sys.path.insert(0, str(ROOT))
 
-from asrkit.data.importing import ImportConfig, run_import  # noqa: E402
+from asrkit.importing.engine import ImportConfig, run_import  # noqa: E402
 from asrkit.types import Importer, Resource, Utterance  # noqa: E402
 
 

@@ -53,7 +53,7 @@ def _pcm(path: Path) -> np.ndarray:
 
 def real_clips() -> list[tuple[np.ndarray, str]]:
     """The transcribed 16 kHz clips of the test fixtures, with their transcripts."""
-    from asrkit.text import normalize
+    from asrkit.core.text import normalize
 
     clips = []
     for line in (SPEECH / "librispeech" / "transcripts.txt").read_text().splitlines():
@@ -87,7 +87,7 @@ def make_corpus(minutes: float, seed: int = 0) -> list[tuple[str, np.ndarray, st
 
 
 def write_corpus(folder: Path, utterances: list[tuple[str, np.ndarray, str]], shards: int) -> None:
-    from asrkit.data.shards import ShardRecord, shard_name, write_shard
+    from asrkit.dataset.shards import ShardRecord, shard_name, write_shard
 
     records = [ShardRecord(uid, pcm.tobytes(), text) for uid, pcm, text in utterances]
     for index in range(shards):
@@ -194,8 +194,8 @@ def generator_baseline(folder: Path, batch_size: int):  # -> tf.data.Dataset
     import python_speech_features as psf
     import tensorflow as tf
 
-    from asrkit.data.shards import shard_paths
-    from asrkit.text import Alphabet
+    from asrkit.core.text import Alphabet
+    from asrkit.dataset.shards import shard_paths
 
     alphabet = Alphabet()
     files = [str(p) for p in shard_paths(folder, "train")]
@@ -221,9 +221,9 @@ def generator_baseline(folder: Path, batch_size: int):  # -> tf.data.Dataset
 
 def bench_pipelines(folder: Path, utterances: list, batch_size: int, repeats: int) -> list[dict]:
     from asrkit.config.pipeline import PipelineConfig
-    from asrkit.data.pipeline import make_dataset, padding_fraction
+    from asrkit.core.text import Alphabet
     from asrkit.features import MFCC
-    from asrkit.text import Alphabet
+    from asrkit.pipeline.batches import make_dataset, padding_fraction
 
     audio_s = sum(len(pcm) for _, pcm, _ in utterances) / SAMPLE_RATE
     count = len(utterances)

@@ -161,7 +161,7 @@ def hand_written_step(model, learning_rate: float = 1e-3):
 
 def preset_sizes(spec, preset: str = "cpu"):
     """The model's ``Config`` with the ``model.`` settings of one of its presets."""
-    from asrkit.settings import override
+    from asrkit.core.settings import override
 
     config = spec.Config()
     for key, value in spec.presets[preset].items():

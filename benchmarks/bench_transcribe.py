@@ -7,7 +7,7 @@ second of audio: below 1 is faster than real time (0.1 = ten times faster).
 What is measured, on one long recording of real speech (the 16 kHz clips of
 ``tests/fixtures/speech`` joined with short pauses, ``--seconds`` long, as MP3):
 
-- ``decode``: MP3 -> 16 kHz mono int16 through sox (:func:`asrkit.transcribe.load_audio`);
+- ``decode``: MP3 -> 16 kHz mono int16 through sox (:func:`asrkit.serving.transcribe.load_audio`);
 - for each model source (the run's checkpoint, its SavedModel export, its TFLite export):
   ``load`` seconds (building or loading the model; one-off), and the RTF of transcribing the
   decoded recording in ``--chunk-seconds`` windows (features, network, greedy decoding, word
@@ -85,9 +85,9 @@ def make_run(folder: Path, model: str, overrides: list[str]) -> Path:
     from asrkit.config.pipeline import PipelineConfig
     from asrkit.config.run import RunConfig
     from asrkit.config.train import TrainConfig
-    from asrkit.runs import Run
-    from asrkit.settings import apply
-    from asrkit.text import Alphabet
+    from asrkit.core.settings import apply
+    from asrkit.core.text import Alphabet
+    from asrkit.runs.run import Run
     from asrkit.train.checkpoints import Checkpoints
 
     spec = plugins.get("model", model)
@@ -125,8 +125,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from asrkit.decoders.greedy import GreedyDecoder
-    from asrkit.export import export_run
-    from asrkit.transcribe import load_audio, load_recognizer, transcribe_samples
+    from asrkit.serving.export import export_run
+    from asrkit.serving.transcribe import load_audio, load_recognizer, transcribe_samples
 
     decoder = GreedyDecoder()
     results: dict[str, Any] = {

@@ -573,8 +573,8 @@ def check_dataset(dataset: Path, expected: Iterable[Expected],
     mono, lengths within ``tolerance`` samples, the exact samples where known), the shards (the
     same ids, transcripts, speakers and audio) and the counts in ``dataset.json``. Returns the
     report."""
-    from asrkit.data.audio import read_wav
-    from asrkit.data.shards import read_records, shard_paths
+    from asrkit.dataset.audio import read_wav
+    from asrkit.dataset.shards import read_records, shard_paths
 
     report = json.loads((dataset / "dataset.json").read_text())
     by_split: dict[str, list[Expected]] = {}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from asrkit.config.pipeline import PipelineConfig, PipelineError
-from asrkit.data.pipeline import load_noise_bank
+from asrkit.pipeline.batches import load_noise_bank
 from tests.conftest import SPEECH
 
 RATE = 16000
@@ -24,7 +24,7 @@ def peak(audio: np.ndarray) -> float:
 
 @pytest.mark.parametrize("rate", [0.8, 1.25])
 def test_time_stretch_changes_length_not_pitch(rate):
-    from asrkit.data.augment import time_stretch
+    from asrkit.pipeline.augment import time_stretch
 
     stretched = time_stretch(tone(220.0), rate).numpy()
     assert len(stretched) == round(RATE / rate)
@@ -32,7 +32,7 @@ def test_time_stretch_changes_length_not_pitch(rate):
 
 
 def test_time_stretch_by_one_gives_the_signal_back():
-    from asrkit.data.augment import time_stretch
+    from asrkit.pipeline.augment import time_stretch
 
     audio = tone(330.0)
     np.testing.assert_allclose(time_stretch(audio, 1.0).numpy(), audio, atol=1e-3)
@@ -40,7 +40,7 @@ def test_time_stretch_by_one_gives_the_signal_back():
 
 @pytest.mark.parametrize("semitones", [-2.0, 1.0, 12.0])
 def test_pitch_shift_moves_the_pitch_and_keeps_the_length(semitones):
-    from asrkit.data.augment import pitch_shift
+    from asrkit.pipeline.augment import pitch_shift
 
     shifted = pitch_shift(tone(220.0), semitones).numpy()
     assert len(shifted) == RATE
@@ -50,7 +50,7 @@ def test_pitch_shift_moves_the_pitch_and_keeps_the_length(semitones):
 def test_pitch_shift_of_real_speech_keeps_its_energy():
     import soundfile
 
-    from asrkit.data.augment import pitch_shift
+    from asrkit.pipeline.augment import pitch_shift
 
     speech, rate = soundfile.read(SPEECH / "ldc93s1" / "LDC93S1.wav", dtype="float32")
     assert rate == RATE
@@ -64,7 +64,7 @@ def test_pitch_shift_of_real_speech_keeps_its_energy():
 def test_noise_is_mixed_at_the_drawn_snr(snr):
     import tensorflow as tf
 
-    from asrkit.data.augment import add_noise
+    from asrkit.pipeline.augment import add_noise
 
     audio = tone(440.0)
     for seed in range(3):
@@ -76,7 +76,7 @@ def test_noise_is_mixed_at_the_drawn_snr(snr):
 def test_synthesised_noise_is_coloured_by_its_slope():
     import tensorflow as tf
 
-    from asrkit.data.augment import coloured_noise
+    from asrkit.pipeline.augment import coloured_noise
 
     def low_to_high(slope: float) -> float:
         noise = coloured_noise(tf.constant(RATE), tf.constant(slope), tf.constant([1, 2])).numpy()
@@ -91,7 +91,7 @@ def test_noise_bank_from_a_folder(tmp_path):
     import soundfile
     import tensorflow as tf
 
-    from asrkit.data.augment import add_noise
+    from asrkit.pipeline.augment import add_noise
 
     noise = np.random.default_rng(0).normal(size=RATE // 2).astype(np.float32) * 0.1
     soundfile.write(tmp_path / "hum.wav", noise, RATE)

@@ -131,9 +131,9 @@ def test_auto_is_the_loop_on_this_cpu(name):
 
 
 def test_auto_is_recorded_in_the_run_config():
+    from asrkit.core.settings import override, to_dict
     from asrkit.models.brnn import BRNNConfig
     from asrkit.models.ds2 import DS2Config
-    from asrkit.settings import override, to_dict
 
     assert to_dict(BRNNConfig())["rnn_impl"] == "auto"
     assert override(DS2Config(), "rnn_impl", "keras").rnn_impl == "keras"

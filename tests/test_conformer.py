@@ -33,7 +33,7 @@ def test_default_config_is_conformer_s_sized():
 
 def test_presets_are_settings_of_the_right_sections():
     from asrkit.config.train import TrainConfig
-    from asrkit.settings import override
+    from asrkit.core.settings import override
 
     assert set(Conformer.presets) == {"full", "cpu", "tiny"}
     configs = {}
@@ -104,7 +104,7 @@ def test_checkpoints_track_every_weight():
 
 
 def test_bad_settings_are_one_line_errors():
-    from asrkit.errors import AsrkitError
+    from asrkit.core.errors import AsrkitError
 
     with pytest.raises(AsrkitError, match="multiple of num_heads"):
         ConformerConfig(d_model=10, num_heads=4)
@@ -122,10 +122,10 @@ def cli(datasets, monkeypatch, make_plugins, asrkit_cli):
 
 
 def test_train_evaluate_transcribe_and_export(cli, tmp_path):
-    from asrkit.export import ExportedModel
+    from asrkit.core.frames import count_frames, frame_geometry
     from asrkit.features import LogMelConfig
-    from asrkit.frames import count_frames, frame_geometry
-    from asrkit.transcribe import load_audio
+    from asrkit.serving.export import ExportedModel
+    from asrkit.serving.transcribe import load_audio
 
     run = tmp_path / "run"
     trained = cli(["train", "--model", "conformer", *TINY, "--epochs", "1", "--batch-size", "4",

@@ -17,8 +17,9 @@ import pytest
 from asrkit.api import BeamDecoder, Decoder, setting
 from asrkit.config.decoding import choose_decoder
 from asrkit.config.overrides import parse_decoder_choice
+from asrkit.core.errors import AsrkitError
+from asrkit.core.text import Alphabet
 from asrkit.decoders.greedy import GreedyDecoder
-from asrkit.errors import AsrkitError
 from asrkit.testing import (
     check_batch_matches_single,
     check_decoder,
@@ -26,7 +27,6 @@ from asrkit.testing import (
     check_peaked_input,
     check_settings_round_trip,
 )
-from asrkit.text import Alphabet
 from tests.conftest import ROOT
 
 KENLM_PLUGIN = ROOT / "plugins" / "asrkit-decoder-kenlm"

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from asrkit import frames
+from asrkit.core import frames
+from asrkit.core.frames import SAMPLE_RATE, FeatureError, Framing
 from asrkit.features import MFCC, LogMel, LogMelConfig, MFCCConfig
-from asrkit.frames import SAMPLE_RATE, FeatureError, Framing
 from asrkit.testing import check_extractor
 from asrkit.testing.features import check_batch, check_config, check_extract, contract_lengths
 from asrkit.types import FeatureConfig, FeatureExtractor
@@ -160,8 +160,8 @@ def test_output_frames_follow_the_features_and_the_models_stride():
 def test_the_importer_keeps_what_some_model_can_align(tmp_path):
     """The import check is the loosest (10 ms frames, no subsampling): an utterance a ds2 run
     cannot align is still imported; one that nothing reading 10 ms frames could align is not."""
-    from asrkit.data.audio import wav_bytes
-    from asrkit.data.convert import SegmentJob, convert_member
+    from asrkit.dataset.audio import wav_bytes
+    from asrkit.importing.convert import SegmentJob, convert_member
 
     second = wav_bytes(np.zeros(SAMPLE_RATE, np.int16))
     jobs = [SegmentJob("train/a", "a.wav", None, None, 30),

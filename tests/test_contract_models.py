@@ -106,8 +106,8 @@ def test_length_check_fails_a_model_that_cannot_read_a_short_utterance():
 def test_an_export_states_the_declared_stride_in_seconds():
     """Seconds per logit frame come from ``time_stride``: ds2 with stride 3 is 30 ms (it was
     derived from output_length at 1000 frames, 1000/334 frames: 29.94 ms)."""
+    from asrkit.core.frames import frame_seconds
     from asrkit.features import LogMelConfig
-    from asrkit.frames import frame_seconds
     from asrkit.models.ds2 import DS2, DS2Config
 
     assert frame_seconds(LogMelConfig(), DS2(), DS2Config(time_stride=3)) == pytest.approx(

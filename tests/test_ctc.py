@@ -1,4 +1,4 @@
-"""The per-utterance CTC loss (``asrkit.ctc``): the fast sparse kernel and TensorFlow's dense
+"""The per-utterance CTC loss (``asrkit.core.ctc``): the fast sparse kernel and TensorFlow's dense
 implementation agree, utterances CTC cannot align are marked instead of wrecking a batch, and a
 CPU takes the sparse kernel."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from asrkit.ctc import ctc_losses, frames_needed, use_sparse_labels
+from asrkit.core.ctc import ctc_losses, frames_needed, use_sparse_labels
 
 CLASSES = 6  # five labels and the blank, last
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from asrkit.api import Decoder, hookimpl, setting, validate
-from asrkit.metrics import corpus_score
+from asrkit.core.metrics import corpus_score
 from tests.conftest import TINY
 
 

@@ -23,13 +23,13 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from asrkit.core.errors import AsrkitError
+from asrkit.core.text import Alphabet
 from asrkit.decoders import beam as beam_module
 from asrkit.decoders import greedy as greedy_module
 from asrkit.decoders.beam import BeamConfig, BeamDecoder
 from asrkit.decoders.greedy import GreedyDecoder
 from asrkit.decoders.prefix import PrefixBeamSearch, WordScorer, log_softmax
-from asrkit.errors import AsrkitError
-from asrkit.text import Alphabet
 from tests.conftest import ROOT, pip_install, run_asrkit
 
 KENLM_PLUGIN = ROOT / "plugins" / "asrkit-decoder-kenlm"

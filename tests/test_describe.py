@@ -60,7 +60,7 @@ def trained(datasets, tmp_path_factory):
 
 def test_brnn_at_the_notebooks_sizes_has_7_3_m_parameters_and_its_flops_by_hand(tmp_path):
     from asrkit import plugins
-    from asrkit.analysis import ANALYSIS_JSON, ANALYSIS_TXT, write_model_analysis
+    from asrkit.models.analysis import ANALYSIS_JSON, ANALYSIS_TXT, write_model_analysis
     from asrkit.models.brnn import BRNNConfig
 
     spec, extractor = plugins.get("model", "brnn"), plugins.get("feature", "mfcc")
@@ -95,7 +95,7 @@ def test_ds2_convolutions_and_recurrent_layers_are_counted(tmp_path):
     """Convolutions cost their kernel once per output position (frame x frequency bin), after
     the time stride; the recurrent layers run at the subsampled frame rate."""
     from asrkit import plugins
-    from asrkit.analysis import analyze_model
+    from asrkit.models.analysis import analyze_model
     from asrkit.models.ds2 import DS2Config
 
     spec, extractor = plugins.get("model", "ds2"), plugins.get("feature", "logmel")
@@ -131,7 +131,7 @@ def test_help_imports_no_tensorflow_numpy_or_matplotlib(args):
 
 
 def test_describe_dataset(home, asrkit_cli, tmp_path):
-    from asrkit.data.manifest import read_csv
+    from asrkit.dataset.manifest import read_csv
 
     plots = tmp_path / "plots"
     result = asrkit_cli(["describe", "sample", "--plots", plots])
@@ -186,7 +186,7 @@ def test_describe_unknown_dataset_is_a_one_line_error(home, asrkit_cli):
 
 
 def test_describe_run(home, trained, asrkit_cli, tmp_path):
-    from asrkit.analysis import ANALYSIS_JSON, ANALYSIS_TXT
+    from asrkit.models.analysis import ANALYSIS_JSON, ANALYSIS_TXT
 
     assert (trained / ANALYSIS_JSON).exists()  # every run writes its analysis; without one,
     for name in (ANALYSIS_JSON, ANALYSIS_TXT):  # describe computes and saves it

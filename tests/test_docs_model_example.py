@@ -31,7 +31,7 @@ def site(tmp_path_factory):
 
 
 def test_model_plugin_trains_evaluates_transcribes_and_exports(site, tiny_dataset, tmp_path):
-    from asrkit.export import ExportedModel
+    from asrkit.serving.export import ExportedModel
 
     def asrkit(*args):
         result = run_asrkit(*map(str, args), pythonpath=site, timeout=TIMEOUT,

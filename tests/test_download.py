@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from asrkit.data.download import DownloadError, DownloadOptions, fetch, mirrored
+from asrkit.importing.download import DownloadError, DownloadOptions, fetch, mirrored
 from asrkit.types import Resource
 
 DATA = bytes(range(256)) * 4096  # 1 MiB

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from asrkit.api import Importer, Resource, Utterance, hookimpl
-from asrkit.data.download import DownloadOptions, fetch
+from asrkit.importing.download import DownloadOptions, fetch
 from tests.archives import tar_gz
 from tests.conftest import SPEECH
 

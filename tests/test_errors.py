@@ -14,7 +14,7 @@ import click
 import pytest
 
 from asrkit import hookimpl
-from asrkit.errors import AsrkitError, describe_os_error
+from asrkit.core.errors import AsrkitError, describe_os_error
 from asrkit.plugins import PluginSet
 from asrkit.registry import Provider
 from tests.toy_importer import registered_twice

@@ -28,7 +28,7 @@ def tiny_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exports(tiny_run, tmp_path_factory):
-    from asrkit.export import export_run
+    from asrkit.serving.export import export_run
 
     folder = tmp_path_factory.mktemp("exports")
     return {fmt: Path(export_run(tiny_run, fmt, folder / fmt)["path"])
@@ -38,7 +38,7 @@ def exports(tiny_run, tmp_path_factory):
 @pytest.fixture(scope="module")
 def audio():
     """The fixture utterance at 8 kHz, as 16 kHz int16 (sox resamples it): real speech."""
-    from asrkit.transcribe import load_audio
+    from asrkit.serving.transcribe import load_audio
 
     return load_audio(LDC / "LDC93S1_8k_mono.wav")
 
@@ -48,7 +48,7 @@ def reference(tiny_run, audio):
     """Logits and greedy text from the checkpoint, computed as evaluation computes them (a
     padded batch through ``extract_batch``), independently of the export's own graph."""
     from asrkit.decoders.greedy import GreedyDecoder
-    from asrkit.runs import load_run
+    from asrkit.runs.run import load_run
     from asrkit.train.checkpoints import Checkpoints
 
     run = load_run(tiny_run)

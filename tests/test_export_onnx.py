@@ -36,10 +36,10 @@ def make_tiny_ds2(folder: Path, seed: int = 5) -> Path:
     from asrkit.config.pipeline import PipelineConfig
     from asrkit.config.run import RunConfig
     from asrkit.config.train import TrainConfig
+    from asrkit.core.text import Alphabet
     from asrkit.features import LogMelConfig
     from asrkit.models.ds2 import DS2Config
-    from asrkit.runs import Run
-    from asrkit.text import Alphabet
+    from asrkit.runs.run import Run
     from asrkit.train.checkpoints import Checkpoints
 
     run = Run(folder, RunConfig(TrainConfig(model="ds2"),
@@ -55,7 +55,7 @@ def make_tiny_ds2(folder: Path, seed: int = 5) -> Path:
 @pytest.fixture(scope="module")
 def audio():
     """The fixture utterance, 16 kHz int16: real speech."""
-    from asrkit.transcribe import load_audio
+    from asrkit.serving.transcribe import load_audio
 
     return load_audio(LDC / "LDC93S1.wav")
 
@@ -68,7 +68,7 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exports(runs, tmp_path_factory):
-    from asrkit.export import export_run
+    from asrkit.serving.export import export_run
 
     folder = tmp_path_factory.mktemp("exports")
     return {name: Path(export_run(run, "onnx", folder / name)["path"])
@@ -78,7 +78,7 @@ def exports(runs, tmp_path_factory):
 def checkpoint_logits(run_folder: Path, audio: np.ndarray) -> np.ndarray:
     """The checkpoint's logits as evaluation computes them (a padded batch through
     ``extract_batch``), independently of the export's graph."""
-    from asrkit.restore import load_run_model
+    from asrkit.evaluation.restore import load_run_model
 
     run, model, _ = load_run_model(run_folder)
     extractor = run.extractor
@@ -114,7 +114,7 @@ def test_onnx_gives_the_checkpoints_logits_and_greedy_labels(name, runs, exports
 
 
 def test_transcribe_reads_an_onnx_export(runs, exports, audio):
-    from asrkit.transcribe import load_recognizer
+    from asrkit.serving.transcribe import load_recognizer
 
     floats = audio.astype(np.float32) / 32768
     from_run = load_recognizer(runs["brnn"]).logits(floats)

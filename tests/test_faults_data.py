@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.text import decode_text, quote
+from asrkit.core.text import decode_text, quote
 from tests import corpora, toy_importer
 from tests.archives import tar_gz
 from tests.conftest import SPEECH, run_asrkit

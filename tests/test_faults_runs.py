@@ -131,7 +131,7 @@ def test_an_import_is_refused_while_another_holds_the_dataset(asrkit_home, asrki
                                                               tmp_path):
     dataset = asrkit_home / "datasets" / "sample"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom asrkit.locks import folder_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom asrkit.core.locks import folder_lock\n"
          f"with folder_lock({str(dataset)!r}, 'import'):\n"
          "    print('held', flush=True); time.sleep(600)"],
         stdout=subprocess.PIPE, text=True)
@@ -214,8 +214,8 @@ def test_damaged_dataset_files_are_one_line_errors(home, asrkit_cli, tmp_path):
 
 RACER = """\
 import os, sys, time
-from asrkit.errors import AsrkitError
-from asrkit.locks import folder_lock
+from asrkit.core.errors import AsrkitError
+from asrkit.core.locks import folder_lock
 folder, go = sys.argv[1], sys.argv[2]
 open(go + "." + str(os.getpid()), "w").close()  # ready: imports done
 while not os.path.exists(go):
@@ -254,8 +254,8 @@ def test_of_processes_racing_for_a_lock_exactly_one_wins(tmp_path):
 
 
 def test_a_lock_left_by_another_host_is_not_taken_over(tmp_path):
-    from asrkit.errors import AsrkitError
-    from asrkit.locks import folder_lock, lock_path
+    from asrkit.core.errors import AsrkitError
+    from asrkit.core.locks import folder_lock, lock_path
 
     folder = tmp_path / "run"
     lock_path(folder).write_text(json.dumps(

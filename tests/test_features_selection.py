@@ -90,7 +90,7 @@ def test_the_presets_feature_settings_stay_with_the_models_own_extractor(dataset
     from asrkit.config.overrides import parse_overrides
     from asrkit.config.run import build_run_config
     from asrkit.features import LogMelConfig, MFCCConfig
-    from asrkit.runs import new_run
+    from asrkit.runs.run import new_run
 
     def run(settings, folder):
         config, note = build_run_config({}, parse_overrides(settings))
@@ -112,10 +112,10 @@ def test_a_run_whose_extractor_changed_width_is_one_line(cli, tmp_path):
     from asrkit.config.pipeline import PipelineConfig
     from asrkit.config.run import RunConfig
     from asrkit.config.train import TrainConfig
+    from asrkit.core.text import Alphabet
     from asrkit.features import MFCCConfig
     from asrkit.models.brnn import BRNNConfig
-    from asrkit.runs import Run, load_run
-    from asrkit.text import Alphabet
+    from asrkit.runs.run import Run, load_run
 
     folder = tmp_path / "run"
     Run(folder, RunConfig(TrainConfig(features="mfcc"), BRNNConfig(), MFCCConfig(),

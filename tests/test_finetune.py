@@ -80,7 +80,7 @@ def last_dev_loss(run) -> float:
 
 
 def weights(run, checkpoint: str = "latest") -> dict[str, list[np.ndarray]]:
-    from asrkit.restore import load_run_model
+    from asrkit.evaluation.restore import load_run_model
     from asrkit.train.finetune import layer_weights
 
     _, model, _ = load_run_model(run, checkpoint)

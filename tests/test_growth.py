@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from asrkit.config.train import TrainConfig
-from asrkit.errors import AsrkitError
+from asrkit.core.errors import AsrkitError
 from asrkit.models.ds2 import DS2, DS2Config
 from asrkit.train.growth import Growth
 from asrkit.train.model import carry_over
@@ -78,7 +78,7 @@ def test_conformer_grows_by_blocks():
 
 
 def _weights(run):
-    from asrkit.restore import load_run_model
+    from asrkit.evaluation.restore import load_run_model
 
     _, model, state = load_run_model(run, "latest")
     return {v.path: v.numpy() for v in model.variables}, state

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.data.shards import read_records, shard_paths
+from asrkit.dataset.shards import read_records, shard_paths
 from tests import toy_importer
 from tests.archives import tar_gz, wav_seconds
 from tests.conftest import SPEECH

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
-from asrkit.data.shards import read_records, shard_paths
+from asrkit.dataset.shards import read_records, shard_paths
 from tests.archives import wav_seconds
 from tests.conftest import SPEECH
 

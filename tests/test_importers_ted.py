@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from asrkit.errors import AsrkitError
+from asrkit.core.errors import AsrkitError
 from asrkit_importers.ted import RELEASES, TedImporter, kaldi_id, parse_stm
 from tests import corpora
 

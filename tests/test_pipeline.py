@@ -12,8 +12,11 @@ import pytest
 import tensorflow as tf
 
 from asrkit.config.pipeline import PipelineConfig, PipelineError
-from asrkit.data import augment
-from asrkit.data.pipeline import (
+from asrkit.core.text import Alphabet, normalize
+from asrkit.dataset.shards import SAMPLE_RATE, ShardRecord, shard_name, write_shard
+from asrkit.features import MFCC, LogMel, MFCCConfig
+from asrkit.pipeline import augment
+from asrkit.pipeline.batches import (
     as_tuple,
     auto_boundaries,
     bucket_edges,
@@ -22,9 +25,6 @@ from asrkit.data.pipeline import (
     resolve_extractor,
     utterance_samples,
 )
-from asrkit.data.shards import SAMPLE_RATE, ShardRecord, shard_name, write_shard
-from asrkit.features import MFCC, LogMel, MFCCConfig
-from asrkit.text import Alphabet, normalize
 
 SPEECH = Path(__file__).parent / "fixtures" / "speech"
 ALPHABET = Alphabet()
@@ -378,7 +378,7 @@ def test_pipeline_augmentation_is_seeded_and_changes_features(corpus: Corpus) ->
 
 def test_a_split_never_reads_another_splits_shards(tmp_path) -> None:
     """``test`` and ``test-unseen`` live side by side: the first is not a prefix of the second."""
-    from asrkit.data.shards import SHARD_DIR, shard_paths
+    from asrkit.dataset.shards import SHARD_DIR, shard_paths
 
     folder = tmp_path / SHARD_DIR
     folder.mkdir()
@@ -389,7 +389,7 @@ def test_a_split_never_reads_another_splits_shards(tmp_path) -> None:
     assert [p.name for p in shard_paths(tmp_path, "test")] == names[:2]
     assert [p.name for p in shard_paths(tmp_path, "test-unseen")] == [names[2]]
     assert [p.name for p in shard_paths(tmp_path, "test-2")] == [names[3]]
-    from asrkit.data.shards import is_shard_of
+    from asrkit.dataset.shards import is_shard_of
 
     # Re-sharding ``test`` removes only its own stale shards, never ``test-unseen``'s.
     assert is_shard_of("test-00003-of-00004.tfrecord.partial", "test", partial=True)
@@ -400,7 +400,7 @@ def test_a_split_never_reads_another_splits_shards(tmp_path) -> None:
 def test_reading_split_lengths_leaves_csvs_field_limit_alone(tmp_path) -> None:
     import csv
 
-    from asrkit.data.pipeline import _csv_samples
+    from asrkit.pipeline.batches import _csv_samples
 
     path = tmp_path / "train.csv"
     path.write_text("wav_filename,wav_filesize,transcript\na.wav,32044,\"" + "y" * 200_000 + "\"\n")

@@ -9,7 +9,7 @@ import click
 import pytest
 
 from asrkit import hookimpl
-from asrkit.errors import PluginError
+from asrkit.core.errors import PluginError
 from asrkit.registry import Provider, Registry
 from asrkit.types import Decoder, FeatureExtractor, Importer, ModelSpec, Resource
 from tests.conftest import run_asrkit

@@ -78,7 +78,7 @@ def test_a_bfloat16_run_trains_evaluates_and_resumes_in_float32(tiny_dataset, tm
 def test_runs_saved_with_mixed_precision_keep_it(tiny_run, tmp_path):
     import shutil
 
-    from asrkit.runs import load_run
+    from asrkit.runs.run import load_run
 
     for mixed, expected in ((True, "mixed_float16"), (False, "float32")):
         run = tmp_path / f"run-{mixed}"

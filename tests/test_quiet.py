@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 
-from asrkit.tflog import ABSL_LINE
+from asrkit.core.tflog import ABSL_LINE
 from tests.conftest import ROOT, TINY
 
 TRAIN = ["train", "--dataset", "sample", "--epochs", "1", "--batch-size", "4", *TINY,

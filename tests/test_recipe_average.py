@@ -20,7 +20,7 @@ def test_average_of_the_last_checkpoints_is_their_mean_and_evaluates(home, asrki
                                                                      tmp_path):
     import tensorflow as tf
 
-    from asrkit.restore import load_run_model
+    from asrkit.evaluation.restore import load_run_model
 
     run = tmp_path / "run"
     result = asrkit_cli(["train", "--epochs", "2", "--batch-size", "4", *TINY,

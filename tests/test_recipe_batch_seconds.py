@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from asrkit.config.pipeline import PipelineConfig, PipelineError
-from asrkit.data.pipeline import (
+from asrkit.core.errors import AsrkitError
+from asrkit.core.text import Alphabet
+from asrkit.dataset.shards import SAMPLE_RATE
+from asrkit.pipeline.batches import (
     batch_plan,
     estimated_batches,
     make_dataset,
 )
-from asrkit.data.shards import SAMPLE_RATE
-from asrkit.errors import AsrkitError
-from asrkit.text import Alphabet
 from tests.conftest import TINY
 
 
@@ -87,7 +87,7 @@ def test_a_run_reports_the_padding_of_each_epoch(home, asrkit_cli, tmp_path):
 
     # like batch_size, the budget may change on resume (after running out of memory)
     from asrkit.config.overrides import parse_overrides
-    from asrkit.runs import load_run, resume_run
+    from asrkit.runs.run import load_run, resume_run
 
     resumed = resume_run(load_run(run), parse_overrides(["pipeline.batch_seconds=5",
                                                          "epochs=2"]))

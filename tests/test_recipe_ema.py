@@ -52,10 +52,10 @@ def test_the_average_after_n_updates_is_the_closed_form_of_the_trajectory():
 def test_evaluate_transcribe_and_export_load_the_average(home, asrkit_cli, tmp_path):
     import tensorflow as tf
 
-    from asrkit.restore import load_run_model
+    from asrkit.evaluation.restore import load_run_model
+    from asrkit.serving.transcribe import CheckpointRecognizer
     from asrkit.train.checkpoints import Checkpoints
     from asrkit.train.ema import shadow_of
-    from asrkit.transcribe import CheckpointRecognizer
 
     run = tmp_path / "run"
     result = asrkit_cli(["train", "--epochs", "1", "--batch-size", "4", *TINY,
@@ -89,8 +89,8 @@ def test_evaluate_transcribe_and_export_load_the_average(home, asrkit_cli, tmp_p
     # the training's dev evaluation scored the average too: the same loss as evaluate's
     assert json.loads(evaluated.stdout)["loss"] == pytest.approx(at_end["dev_loss"], rel=1e-4)
 
-    from asrkit.export import ExportedModel, export_run, verification_audio
-    from asrkit.graph import make_logits_fn
+    from asrkit.serving.export import ExportedModel, export_run, verification_audio
+    from asrkit.serving.graph import make_logits_fn
 
     meta = export_run(run, "savedmodel", tmp_path / "export", "latest")
     audio = verification_audio()

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from asrkit.config.train import TrainConfig
-from asrkit.errors import AsrkitError
+from asrkit.core.errors import AsrkitError
 from asrkit.train import clock as run_clock
 from asrkit.train import schedules
 from asrkit.train.clock import RunClock

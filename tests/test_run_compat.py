@@ -79,9 +79,9 @@ def make_run(folder: Path) -> Path:
     from asrkit.config.pipeline import PipelineConfig
     from asrkit.config.run import RunConfig
     from asrkit.config.train import TrainConfig
+    from asrkit.core.text import Alphabet
     from asrkit.features import MFCCConfig
-    from asrkit.runs import Run
-    from asrkit.text import Alphabet
+    from asrkit.runs.run import Run
     from asrkit.train.checkpoints import Checkpoints
 
     run = Run(folder, RunConfig(TrainConfig(model="grow"), GrowConfig(), MFCCConfig(),
@@ -100,7 +100,7 @@ def old_run(installed, tmp_path):
 
 
 def test_the_same_architecture_loads(old_run, installed):
-    from asrkit.restore import load_run_model
+    from asrkit.evaluation.restore import load_run_model
 
     installed("1.1")  # a new version that kept the architecture
     _run, model, state = load_run_model(old_run)
@@ -122,8 +122,8 @@ def test_a_checkpoint_that_does_not_match_with_the_same_version_is_not_blamed_on
         old_run, installed, monkeypatch):
     """Same version, yet another architecture (a plugin changed without a new version): the
     checkpoint is reported as unusable, as before, without inventing a version to install."""
+    from asrkit.evaluation.restore import load_run_model
     from asrkit.plugins import get
-    from asrkit.restore import load_run_model
 
     installed("1.0")
     monkeypatch.setattr(get("model", "grow"), "version", "2.0")
@@ -134,7 +134,7 @@ def test_a_checkpoint_that_does_not_match_with_the_same_version_is_not_blamed_on
 
 def test_changed_settings_name_the_versions(old_run, installed, monkeypatch):
     """A new version that dropped a setting the run's config.json holds."""
-    from asrkit.runs import load_run
+    from asrkit.runs.run import load_run
 
     @dataclass(frozen=True)
     class Renamed:

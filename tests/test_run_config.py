@@ -14,8 +14,8 @@ from asrkit.config.overrides import (
     typed_overrides,
 )
 from asrkit.config.run import build_run_config, resume_config
-from asrkit.errors import AsrkitError
-from asrkit.settings import apply
+from asrkit.core.errors import AsrkitError
+from asrkit.core.settings import apply
 
 
 def test_the_command_line_is_split_by_section_once():

@@ -110,7 +110,7 @@ def conforms(value: Any, documented: Any) -> bool:
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
-    from asrkit.export import export_run
+    from asrkit.serving.export import export_run
 
     base = tmp_path_factory.mktemp("serving")
     run = make_tiny_run(base / "run")
@@ -127,7 +127,7 @@ def loaded(export):
 
 @pytest.fixture(scope="module")
 def pcm():
-    from asrkit.transcribe import load_audio
+    from asrkit.serving.transcribe import load_audio
 
     return load_audio(LDC / "LDC93S1.wav")
 

@@ -19,12 +19,8 @@ import pytest
 from asrkit.config.pipeline import PipelineConfig, PipelineError
 from asrkit.config.run import check_names
 from asrkit.config.train import TrainConfig
-from asrkit.decoders.beam import BeamConfig
-from asrkit.errors import AsrkitError
-from asrkit.features import FeatureError, LogMelConfig, MFCCConfig
-from asrkit.models.brnn import BRNNConfig
-from asrkit.models.ds2 import DS2Config
-from asrkit.settings import (
+from asrkit.core.errors import AsrkitError
+from asrkit.core.settings import (
     RANGE,
     SettingInfo,
     describe,
@@ -35,6 +31,10 @@ from asrkit.settings import (
     to_dict,
     validate,
 )
+from asrkit.decoders.beam import BeamConfig
+from asrkit.features import FeatureError, LogMelConfig, MFCCConfig
+from asrkit.models.brnn import BRNNConfig
+from asrkit.models.ds2 import DS2Config
 from tests.conftest import ROOT, TINY
 
 CONFIGS = [TrainConfig, PipelineConfig, BRNNConfig, DS2Config, MFCCConfig, LogMelConfig,
@@ -173,7 +173,7 @@ def test_check_names_lists_what_is_installed():
         check_names(TrainConfig(decoder="nosuch"))
 
 
-# -- one typed settings parser for every kind of config (asrkit.settings) ------------------------
+# -- one typed settings parser for every kind of config (asrkit.core.settings) ---------------------
 
 
 class Colour(enum.Enum):
@@ -256,16 +256,16 @@ def test_describe_lists_name_type_default_and_doc():
 
 
 def test_settings_are_a_core_module_without_a_cycle():
-    """asrkit.settings needs nothing of asrkit but its errors, and the decoders need nothing
+    """asrkit.core.settings needs nothing of asrkit but its errors, and the decoders need nothing
     of the training package."""
-    code = ("import sys, asrkit.decoders.beam, asrkit.settings; "
+    code = ("import sys, asrkit.decoders.beam, asrkit.core.settings; "
             "print(sorted(m for m in sys.modules if m.startswith('asrkit.train')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
     imported = [line for line in (ROOT / "asrkit" / "settings.py").read_text().splitlines()
                 if line.startswith(("import asrkit", "from asrkit"))]
-    assert imported == ["from asrkit.errors import AsrkitError"]
+    assert imported == ["from asrkit.core.errors import AsrkitError"]
 
 
 # -- discovery: asrkit plugins --settings NAME ---------------------------------------------------
@@ -375,9 +375,9 @@ def test_train_records_and_uses_the_decoder_settings(home, asrkit_cli, tmp_path)
 
 
 def test_runs_without_a_decoder_section_load_with_the_defaults(tmp_path, make_plugins):
+    from asrkit.core.text import Alphabet
     from asrkit.decoders.beam import BeamConfig
-    from asrkit.runs import load_run
-    from asrkit.text import Alphabet
+    from asrkit.runs.run import load_run
 
     make_plugins(entry_points=True)
     folder = tmp_path / "old"

@@ -1,7 +1,7 @@
 """Decoding subword (SentencePiece-like) labels exactly as characters: greedy, beam, and the
 prefix search with a word scorer, which finds words at the pieces' word marker ("▁the" finishes
-the word before it and begins "the"). The pieces are hand-written (:class:`asrkit.labels.Pieces`);
-no tokenizer is needed."""
+the word before it and begins "the"). The pieces are hand-written
+(:class:`asrkit.core.labels.Pieces`); no tokenizer is needed."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from asrkit.core.errors import AsrkitError
+from asrkit.core.labels import Pieces
+from asrkit.core.text import Alphabet
 from asrkit.decoders.beam import BeamDecoder, BeamSearchDecoder
 from asrkit.decoders.greedy import GreedyDecoder
 from asrkit.decoders.prefix import PrefixBeamSearch, log_softmax
 from asrkit.decoders.scoring import WordScorer
-from asrkit.errors import AsrkitError
-from asrkit.labels import Pieces
 from asrkit.testing.decoders import best_path, check_decoder, peaked_logits
-from asrkit.text import Alphabet
 
 PIECES = Pieces(["▁the", "▁cat", "▁c", "at", "ot", "▁sat", "▁s", "▁", "s", "a", "t", "h", "e",
                  "c", "o", "'", "l", "▁t", "▁a"])
@@ -263,7 +263,7 @@ def test_a_scorer_needs_a_word_start_symbol():
 def test_word_times_on_subword_tokens():
     """A word starts at a piece with the marker: "▁the" is the word "the", "▁c" + "at" is "cat",
     and a bare "▁" only separates ("s" + "at" is "sat")."""
-    from asrkit.transcribe import Token, words_from_tokens
+    from asrkit.serving.transcribe import Token, words_from_tokens
 
     pieces = [PIECES.symbols.index(s) for s in ("▁the", "▁c", "at", "▁", "s", "at")]
     tokens = [Token(label, 2 * i, 2 * i + 1) for i, label in enumerate(pieces)]
@@ -280,7 +280,7 @@ def test_word_times_on_subword_tokens():
 def test_window_words_align_a_decoder_text_on_pieces():
     """The decoder's text ("the cat sat") is not the greedy path's ("the cot sat"): its pieces
     are force-aligned on the logits and the words keep their order and frames."""
-    from asrkit.transcribe import window_words
+    from asrkit.serving.transcribe import window_words
 
     logits = ambiguous_logits(PIECES, SUBWORD_SPELLING)[0]
     greedy = window_words(logits, GreedyDecoder(), PIECES, 0.0, 0.02)

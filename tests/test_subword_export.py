@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asrkit.labels import Pieces
+from asrkit.core.labels import Pieces
+from asrkit.core.text import Alphabet, labels_from_json
 from asrkit.testing.models import make_tiny_run
-from asrkit.text import Alphabet, labels_from_json
 
 # 28 pieces for the 28 symbols of the tiny run; label 0 (the tiny model's "space") is a bare
 # marker, so the greedy path holds runs of markers to collapse.
@@ -26,7 +26,7 @@ PIECES = Pieces(["▁", "▁the", "▁a", "at", "▁c", "s", "e", "t", "h", "▁
 
 @pytest.fixture(scope="module")
 def subword_run(tmp_path_factory):
-    from asrkit.restore import load_run_model
+    from asrkit.evaluation.restore import load_run_model
     from asrkit.tokenizers import TokenizerFile
 
     folder = make_tiny_run(tmp_path_factory.mktemp("tiny") / "run")
@@ -37,9 +37,9 @@ def subword_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def audio():
-    from asrkit.export import verification_audio
+    from asrkit.serving.export import verification_audio
+    from asrkit.serving.transcribe import load_audio
     from asrkit.testing.models import sample_clip
-    from asrkit.transcribe import load_audio
 
     speech = load_audio(sample_clip()).astype(np.float32) / 32768
     return np.concatenate([speech, verification_audio()])
@@ -48,7 +48,7 @@ def audio():
 def test_the_text_of_pieces_in_the_graph_is_labels_decode():
     import tensorflow as tf
 
-    from asrkit.export import text_of
+    from asrkit.serving.export import text_of
 
     for symbols in (["▁the", "▁", "▁cat", "s", "▁"], ["at", "▁", "▁", "▁the"], [], ["▁"],
                     ["a b", "▁c"]):
@@ -65,7 +65,7 @@ def test_the_text_of_pieces_in_the_graph_is_labels_decode():
 def test_savedmodel_transcribes_pieces_as_words_and_keeps_its_labels(subword_run, audio, tmp_path):
     import tensorflow as tf
 
-    from asrkit.export import ExportedModel, _metadata, _save, serving_module
+    from asrkit.serving.export import ExportedModel, _metadata, _save, serving_module
 
     run, model = subword_run
     module = serving_module(run, model)
@@ -103,7 +103,7 @@ def test_old_and_character_metadata_read_back_as_an_alphabet():
 def export_and_expect(subword_run, audio, folder: Path, form: str, write) -> tuple:
     """``write(run, model, folder)`` an export of ``form`` with its ``asrkit.json``, read it
     back, and the SavedModel module's in-graph text of ``audio`` it must reproduce."""
-    from asrkit.export import ExportedModel, _metadata, serving_module
+    from asrkit.serving.export import ExportedModel, _metadata, serving_module
 
     run, model = subword_run
     module = serving_module(run, model)  # kept: its functions hold it weakly
@@ -115,7 +115,7 @@ def export_and_expect(subword_run, audio, folder: Path, form: str, write) -> tup
 
 
 def test_tflite_pieces_are_joined_when_read_back(subword_run, audio, tmp_path):
-    from asrkit.export import _write_tflite
+    from asrkit.serving.export import _write_tflite
 
     exported, expected = export_and_expect(subword_run, audio, tmp_path / "tflite", "tflite",
                                            _write_tflite)
@@ -126,7 +126,7 @@ def test_tflite_pieces_are_joined_when_read_back(subword_run, audio, tmp_path):
 def test_onnx_pieces_are_joined_when_read_back(subword_run, audio, tmp_path):
     pytest.importorskip("tf2onnx")
     pytest.importorskip("onnxruntime")
-    from asrkit.export_onnx import write_onnx
+    from asrkit.serving.export_onnx import write_onnx
 
     exported, expected = export_and_expect(subword_run, audio, tmp_path / "onnx", "onnx",
                                            write_onnx)

@@ -56,7 +56,7 @@ def test_the_run_keeps_the_tokenizer_and_outputs_its_classes(subword_run):
     assert (run / "tokenizer.model").read_bytes() == (root / "tok.model").read_bytes()
     record = json.loads((run / "tokenizer.json").read_text())
     assert record["tokenizer"] == "sentencepiece" and record["symbols"] == 60
-    from asrkit.runs import load_run
+    from asrkit.runs.run import load_run
 
     labels = load_run(run).labels
     assert labels.size == 60 and labels.word_marker == "\u2581"
@@ -96,8 +96,8 @@ def test_transcribe_and_export_read_words_from_pieces(subword_run):
     import numpy as np
     import tensorflow as tf
 
-    from asrkit.data.audio import read_wav
-    from asrkit.runs import load_run
+    from asrkit.dataset.audio import read_wav
+    from asrkit.runs.run import load_run
 
     labels = load_run(root / "run").labels
     loaded = tf.saved_model.load(str(root / "export"))

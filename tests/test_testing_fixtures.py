@@ -21,7 +21,7 @@ def test_tiny_dataset_is_the_bundled_sample_corpus(tiny_dataset):
 
 
 def test_tiny_run_loads_as_a_trained_run(tiny_run):
-    from asrkit.restore import load_run_model
+    from asrkit.evaluation.restore import load_run_model
 
     run, _, state = load_run_model(tiny_run)
     assert run.spec.name == "brnn" and state["global_step"] == 7

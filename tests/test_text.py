@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.labels import LabelError
-from asrkit.text import ENGLISH, Alphabet, AlphabetError, normalize
+from asrkit.core.labels import LabelError
+from asrkit.core.text import ENGLISH, Alphabet, AlphabetError, normalize
 
 # DeepSpeech's data/alphabet.txt, verbatim (comments, a line holding one space, a-z, apostrophe);
 # the space line is formatted in so that editors cannot strip it.

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from asrkit.api import AsrkitError, LabelError, Labels, Pieces, Tokenizer
+from asrkit.core.text import Alphabet
 from asrkit.testing import (
     check_build_and_load,
     check_deterministic_build,
@@ -28,7 +29,6 @@ from asrkit.testing import (
     held_out_texts,
     sample_texts,
 )
-from asrkit.text import Alphabet
 from asrkit.tokenizers import CharTokenizer
 
 TEXTS = ["the cat's tall", "a dog sat on the mat", "she had your dark suit"]
@@ -150,7 +150,7 @@ def test_the_checks_catch_a_load_that_is_no_labels_or_keeps_reading_the_file():
         def load(self, path):
             return LazyLabels(path)
 
-    with pytest.raises(AssertionError, match=r"load returned .* not an asrkit.labels.Labels"):
+    with pytest.raises(AssertionError, match=r"load returned .* not an asrkit.core.labels.Labels"):
         check_build_and_load(Listing(), TEXTS)
     with pytest.raises(AssertionError, match=r"fail once their file is gone .*FileNotFoundError"):
         check_build_and_load(Lazy(), TEXTS)

@@ -56,7 +56,7 @@ def test_hook_register_tokenizers(letters, asrkit_cli, tiny_dataset, tmp_path, m
     assert record["tokenizer"] == "letters" and record["symbols"] == labels.size
     assert Path("run/tokenizer.letters").read_bytes() == Path("sample.letters").read_bytes()
     # the model outputs the tokenizer's classes, not the alphabet's
-    from asrkit.restore import load_run_model
+    from asrkit.evaluation.restore import load_run_model
 
     run, model, _ = load_run_model("run")
     assert run.labels.symbols == labels.symbols
@@ -80,7 +80,7 @@ def test_chars_tokenizer_builds_the_alphabet_of_the_transcripts(asrkit_cli, tiny
                          tiny_dataset, "-o", out])
     assert result.exit_code == 0, result.stderr
     assert "labels a transcript against" in result.stdout and "(1.00x)" in result.stdout
-    from asrkit.text import Alphabet
+    from asrkit.core.text import Alphabet
 
     symbols = Alphabet.load(out).symbols
     assert symbols[0] == " " and "q" not in symbols  # only what the transcripts hold

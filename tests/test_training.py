@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.data.shards import ShardRecord, write_shard
-from asrkit.files import write_json
-from asrkit.metrics import corpus_score
+from asrkit.core.files import write_json
+from asrkit.core.metrics import corpus_score
+from asrkit.dataset.shards import ShardRecord, write_shard
 from tests.conftest import SPEECH, TINY
 
 
@@ -100,7 +100,7 @@ def test_ds2_trains_with_subsampling(home, asrkit_cli, tmp_path):
     assert json.loads((run / "config.json").read_text())["train"]["model"] == "ds2"
     assert (run / "report.json").exists()
     # Every weight is in the checkpoint: a restored model equals the trained one.
-    from asrkit.restore import load_run_model
+    from asrkit.evaluation.restore import load_run_model
 
     _, first, _ = load_run_model(run, "latest")
     _, second, _ = load_run_model(run, "latest")

@@ -143,7 +143,7 @@ def setting(section: str, name: str, value: str):
     from asrkit import plugins
     from asrkit.config.pipeline import PipelineConfig
     from asrkit.config.train import TrainConfig
-    from asrkit.settings import override
+    from asrkit.core.settings import override
 
     config = {"train": TrainConfig(), "pipeline": PipelineConfig(),
               "model": plugins.get("model", "brnn").Config(),

@@ -21,9 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asrkit.testing.models import make_tiny_run
-from asrkit.text import Alphabet
-from asrkit.transcribe import (
+from asrkit.core.text import Alphabet
+from asrkit.serving.transcribe import (
     Recognizer,
     Token,
     Window,
@@ -36,6 +35,7 @@ from asrkit.transcribe import (
     stitch,
     transcribe_samples,
 )
+from asrkit.testing.models import make_tiny_run
 from asrkit.types import Decoder
 from tests.conftest import SPEECH
 
@@ -277,7 +277,7 @@ def test_every_format_rate_and_channel_count(cli, tiny_run, variants):
 
 
 def test_resampled_audio_is_what_sox_makes(tiny_run, variants):
-    from asrkit.transcribe import load_audio
+    from asrkit.serving.transcribe import load_audio
 
     original = load_audio(LDC / "LDC93S1.wav").astype(np.float64)
     for name in ("LDC93S1_44k_stereo.wav", "LDC93S1.mp3", "LDC93S1.opus"):

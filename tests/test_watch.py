@@ -131,9 +131,9 @@ def test_a_watcher_beside_a_training_scores_every_checkpoint_once(home, asrkit_c
 def test_a_checkpoint_deleted_before_the_watcher_reads_it_is_skipped(tmp_path):
     """The trainer's retention deletes the folder a pointer named a moment ago: the watcher
     notes it (in evaluations.jsonl too, so it is not looked for again) and carries on."""
-    from asrkit.runs import load_run
+    from asrkit.evaluation.watch import Watcher
+    from asrkit.runs.run import load_run
     from asrkit.train.checkpoints import Checkpoints
-    from asrkit.watch import Watcher
     from tests.test_transcribe import make_tiny_run
 
     folder = make_tiny_run(tmp_path / "run")
@@ -171,11 +171,11 @@ def test_the_trainer_hands_each_checkpoint_to_a_running_watcher(tmp_path):
     with none, a save leaves no trace there."""
     from functools import partial
 
-    from asrkit.locks import folder_lock
-    from asrkit.runs import load_run
+    from asrkit.core.locks import folder_lock
+    from asrkit.evaluation.watch import Watcher
+    from asrkit.runs.run import load_run
     from asrkit.train.checkpoints import Checkpoints
     from asrkit.train.snapshots import hand_over
-    from asrkit.watch import Watcher
     from tests.test_transcribe import make_tiny_run
 
     folder = make_tiny_run(tmp_path / "run")

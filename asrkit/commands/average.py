@@ -1,4 +1,5 @@
-"""``asrkit average RUN --last N``: a run's last checkpoints averaged (:mod:`asrkit.average`)."""
+"""``asrkit average RUN --last N``: a run's last checkpoints averaged
+(:mod:`asrkit.evaluation.average`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from asrkit.average import average_run
+from asrkit.evaluation.average import average_run
 
 
 @click.command("average")
@@ -19,7 +20,7 @@ def average_command(run: Path, last: int) -> None:
     The run must keep them: train with -o keep_checkpoints=N. Then use it with
     `asrkit evaluate RUN --checkpoint averaged` (also transcribe and export).
     """
-    from asrkit.locks import folder_lock
+    from asrkit.core.locks import folder_lock
 
     with folder_lock(run, "averaging", "wait for the training to end"):
         state = average_run(run, last)

@@ -1,4 +1,5 @@
-"""``asrkit describe DATASET|RUN``: what a dataset or a run holds (:mod:`asrkit.describe`)."""
+"""``asrkit describe DATASET|RUN``: what a dataset or a run holds
+(:mod:`asrkit.evaluation.describe`)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def describe_command(target: str, plots_dir: Path | None, as_json: bool) -> None
     A dataset: hours, utterances and speakers per split, durations, characters, what the import
     skipped. A run: its settings, progress, best dev scores, report, parameters and FLOPs.
     """
-    from asrkit.datasets import resolve_dataset
-    from asrkit.describe import (
+    from asrkit.dataset.folders import resolve_dataset
+    from asrkit.evaluation.describe import (
         dataset_plots,
         dataset_text,
         describe_dataset,

@@ -1,6 +1,7 @@
-"""``asrkit evaluate``: score a run's checkpoint on a split (:mod:`asrkit.evaluate`), every
-checkpoint of a training as it is written (``--watch``, :mod:`asrkit.watch`), or a grid of
-decoder settings to choose them on dev (``--grid``, :mod:`asrkit.decoder_search`)."""
+"""``asrkit evaluate``: score a run's checkpoint on a split (:mod:`asrkit.evaluation.evaluate`),
+every checkpoint of a training as it is written (``--watch``, :mod:`asrkit.evaluation.watch`), or a
+grid of decoder settings to choose them on dev (``--grid``,
+:mod:`asrkit.evaluation.decoder_search`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import click
 
-from asrkit.runs import CHECKPOINTS
+from asrkit.runs.run import CHECKPOINTS
 
 
 @click.command("evaluate")
@@ -44,15 +45,15 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
                      grid: tuple[str, ...], best_by: str, no_progress: bool) -> None:
     """Corpus WER and CER of a trained run on a split, with best, median and worst samples."""
     from asrkit.config.overrides import parse_decoder_choice
-    from asrkit.errors import AsrkitError
-    from asrkit.evaluate import evaluate_run
+    from asrkit.core.errors import AsrkitError
+    from asrkit.evaluation.evaluate import evaluate_run
 
     choice = parse_decoder_choice(decoder, settings)  # the one reading of --decoder and -o
     if watch and grid:
         raise AsrkitError("--watch scores checkpoints with one decoder; --grid searches "
                           "decoder settings on one checkpoint: give one of them")
     if watch:
-        from asrkit.watch import watch_run
+        from asrkit.evaluation.watch import watch_run
 
         if json_file is not None:
             raise AsrkitError("--watch writes RUN/evaluations.jsonl; --json is for one checkpoint")
@@ -62,7 +63,7 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
         raise AsrkitError("one --split at a time, or several with --watch")
     split = splits[0] if splits else "test"
     if grid:
-        from asrkit.decoder_search import parse_grid, search_decoder
+        from asrkit.evaluation.decoder_search import parse_grid, search_decoder
 
         search = search_decoder(run, split, parse_grid(grid), choice, checkpoint, best_by,
                                 progress=not no_progress)

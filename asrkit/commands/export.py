@@ -1,5 +1,5 @@
 """``asrkit export``: a run as a SavedModel, TFLite or ONNX model that takes raw PCM (the work is
-:mod:`asrkit.export`'s)."""
+:mod:`asrkit.serving.export`'s)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from asrkit.runs import CHECKPOINTS
+from asrkit.runs.run import CHECKPOINTS
 
 
 @click.command("export")
@@ -29,7 +29,7 @@ def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str, fo
     Signatures `logits` and `transcribe` (greedy text), for float32 PCM in [-1, 1] and, as
     `*_int16`, for int16 PCM. The export is checked against the checkpoint before it is written.
     """
-    from asrkit.export import export_run
+    from asrkit.serving.export import export_run
 
     meta = export_run(run, fmt, output, checkpoint, force)
     if as_json:

@@ -1,8 +1,8 @@
 """The ``asrkit import <name>`` commands: the options every importer shares, plus its own.
 
-Kept apart from the engine (:mod:`asrkit.data.importing`) so that building the command line
+Kept apart from the engine (:mod:`asrkit.importing.engine`) so that building the command line
 imports nothing heavy: the engine is loaded when an import actually runs. The engine never
-imports this module: the defaults both need live in :mod:`asrkit.datasets`.
+imports this module: the defaults both need live in :mod:`asrkit.dataset.folders`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from asrkit.datasets import DATASET_JSON, DEFAULT_MAX_SECONDS
+from asrkit.dataset.folders import DATASET_JSON, DEFAULT_MAX_SECONDS
 from asrkit.types import Importer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from asrkit.data.importing import ImportConfig, ImportResult
+    from asrkit.importing.engine import ImportConfig, ImportResult
 
 
 
@@ -49,9 +49,9 @@ def import_command(importer: Importer) -> click.Command:
     """``asrkit import <importer.name>``: the shared options plus the importer's own."""
 
     def callback(**params: Any) -> None:
-        from asrkit.data.importing import ImportConfig, run_import
+        from asrkit.core.text import Alphabet
+        from asrkit.importing.engine import ImportConfig, run_import
         from asrkit.plugins import get_plugins
-        from asrkit.text import Alphabet
 
         alphabet = Alphabet.load(params["alphabet"]) if params["alphabet"] else Alphabet()
         config = ImportConfig(
@@ -68,8 +68,8 @@ def import_command(importer: Importer) -> click.Command:
         options = {k: v for k, v in params.items() if k not in COMMON_PARAMS}
         registration = get_plugins().registry.entries["importer"].get(importer.name)
         provider = registration.provider.distribution if registration else ""
-        from asrkit.datasets import load_dataset_json
-        from asrkit.locks import folder_lock
+        from asrkit.core.locks import folder_lock
+        from asrkit.dataset.folders import load_dataset_json
 
         dataset = config.output or config.home / "datasets" / importer.dataset_name(options)
         # One import at a time into a dataset folder; a lock that cannot be made (ASRKIT_HOME a
@@ -122,7 +122,7 @@ def import_command(importer: Importer) -> click.Command:
 
 @contextlib.contextmanager
 def _disk_errors_named(dataset: Path, config: ImportConfig) -> Iterator[None]:
-    from asrkit.data.importing import disk_error
+    from asrkit.importing.engine import disk_error
 
     try:
         yield

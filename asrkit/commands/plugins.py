@@ -7,7 +7,7 @@ import json
 
 import click
 
-from asrkit.errors import AsrkitError
+from asrkit.core.errors import AsrkitError
 from asrkit.plugins import PluginInfo, PluginSet
 
 
@@ -77,7 +77,7 @@ def _settings_of(plugins: PluginSet, name: str) -> list[tuple[str, str, type]]:
 @click.pass_obj
 def plugins_command(plugins: PluginSet, as_json: bool, settings_of: str | None) -> None:
     """List installed plugins, what each registers, and any that failed to load."""
-    from asrkit.settings import describe, settings_table
+    from asrkit.core.settings import describe, settings_table
 
     if settings_of is not None:
         found = _settings_of(plugins, settings_of)

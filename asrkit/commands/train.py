@@ -60,9 +60,9 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
 
     from asrkit.config.overrides import parse_overrides
     from asrkit.config.run import build_run_config
-    from asrkit.errors import AsrkitError
-    from asrkit.locks import folder_lock
-    from asrkit.runs import load_run, new_run, resume_run, same_run
+    from asrkit.core.errors import AsrkitError
+    from asrkit.core.locks import folder_lock
+    from asrkit.runs.run import load_run, new_run, resume_run, same_run
     from asrkit.train.strategy import is_chief, set_cluster
 
     if (workers is None) != (worker_index is None):
@@ -136,7 +136,7 @@ def _fit(run: Any, progress: bool) -> Any:
     """Train ``run`` to its end; a damaged dataset shard is a one-line error naming it."""
     import tensorflow as tf
 
-    from asrkit.data.shards import damaged_dataset_error
+    from asrkit.dataset.shards import damaged_dataset_error
     from asrkit.train.engine import Trainer
 
     try:

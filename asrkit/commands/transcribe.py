@@ -1,5 +1,5 @@
 """``asrkit transcribe``: audio files to text with a run or an export (the work is
-:mod:`asrkit.transcribe`'s; TensorFlow is imported only when the command runs)."""
+:mod:`asrkit.serving.transcribe`'s; TensorFlow is imported only when the command runs)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from asrkit.errors import AsrkitError
-from asrkit.runs import CHECKPOINTS
+from asrkit.core.errors import AsrkitError
+from asrkit.runs.run import CHECKPOINTS
 
 if TYPE_CHECKING:
-    from asrkit.transcribe import Options
+    from asrkit.serving.transcribe import Options
 
 
 @click.command("transcribe")
@@ -50,7 +50,7 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     the others still transcribe; the exit status is then 1.
     """
     from asrkit.config.overrides import parse_decoder_choice
-    from asrkit.transcribe import (
+    from asrkit.serving.transcribe import (
         Options,
         audio_files,
         load_recognizer,

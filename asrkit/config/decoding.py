@@ -15,9 +15,9 @@ from typing import Any
 
 from asrkit import plugins
 from asrkit.config.overrides import DECODER_PREFIX, DecoderChoice
-from asrkit.errors import AsrkitError
-from asrkit.labels import Labels
-from asrkit.settings import apply, from_dict
+from asrkit.core.errors import AsrkitError
+from asrkit.core.labels import Labels
+from asrkit.core.settings import apply, from_dict
 from asrkit.types import Decoder
 
 

@@ -11,8 +11,8 @@ feature extractor (``train.features``), while ``-o decoder.beam_width=8`` and
 :func:`parse_overrides` reads ``asrkit train``'s ``-o`` into :class:`Overrides`, the setting
 pairs of each section in the order given; :func:`parse_decoder_choice` reads the ``-o`` of the
 commands that only decode (``evaluate``, ``transcribe``) into a :class:`DecoderChoice`. What each
-value means is the section's config class's business (:func:`asrkit.settings.override` types and
-checks it where the section is built, :mod:`asrkit.config.run`).
+value means is the section's config class's business (:func:`asrkit.core.settings.override` types
+and checks it where the section is built, :mod:`asrkit.config.run`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from asrkit.errors import AsrkitError
+from asrkit.core.errors import AsrkitError
 
 #: The sections of a run's configuration, as ``-o SECTION.KEY=VALUE`` names them.
 SECTIONS = ("train", "model", "features", "pipeline", "decoder")

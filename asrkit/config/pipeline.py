@@ -1,13 +1,13 @@
 """How the input pipeline makes batches (``-o pipeline.KEY=VALUE``): a section of a run's
 configuration, kept beside the others so that building a run's configuration needs no
-TensorFlow and no input pipeline (:mod:`asrkit.data.pipeline` reads it)."""
+TensorFlow and no input pipeline (:mod:`asrkit.pipeline.batches` reads it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from asrkit.errors import AsrkitError
-from asrkit.settings import MAX_SEED, setting, validate
+from asrkit.core.errors import AsrkitError
+from asrkit.core.settings import MAX_SEED, setting, validate
 
 #: ``tf.data.AUTOTUNE``, without importing TensorFlow.
 AUTOTUNE = -1

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from asrkit.config.overrides import Overrides, typed_overrides
-from asrkit.errors import AsrkitError
+from asrkit.core.errors import AsrkitError
 
 #: Chosen by ``auto`` where GPUs are visible / where not.
 GPU_PRESET, CPU_PRESET = "full", "cpu"

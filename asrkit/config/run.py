@@ -27,9 +27,9 @@ from asrkit.config.overrides import Overrides, Setting
 from asrkit.config.pipeline import PipelineConfig
 from asrkit.config.presets import choose_preset, preset_settings
 from asrkit.config.train import TrainConfig
-from asrkit.errors import AsrkitError
-from asrkit.frames import check_sample_rate
-from asrkit.settings import apply, from_dict, to_dict
+from asrkit.core.errors import AsrkitError
+from asrkit.core.frames import check_sample_rate
+from asrkit.core.settings import apply, from_dict, to_dict
 
 #: Settings outside ``train`` that a resumed run may change: the size of its batches, like
 #: ``batch_size`` (after running out of memory), on which the weights do not depend.

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
-from asrkit.errors import AsrkitError
-from asrkit.settings import MAX_SEED, setting, validate
+from asrkit.core.errors import AsrkitError
+from asrkit.core.settings import MAX_SEED, setting, validate
 
 #: The arithmetic of training (:mod:`asrkit.train.precision`).
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")

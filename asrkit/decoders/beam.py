@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from asrkit import hookimpl
+from asrkit.core.errors import AsrkitError
+from asrkit.core.settings import setting, validate
 from asrkit.decoders.scoring import Hypothesis, WordScorer
-from asrkit.errors import AsrkitError
-from asrkit.settings import setting, validate
 from asrkit.types import Decoder
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class BeamSearchDecoder(Decoder):
         return None
 
     def make_search(self, labels: Any) -> PrefixBeamSearch:
-        """The search for ``labels`` (an :class:`~asrkit.labels.Labels`: characters or
+        """The search for ``labels`` (an :class:`~asrkit.core.labels.Labels`: characters or
         subword pieces) with this decoder's settings and scorer. The scorer's words are found
         at the labels' word marker: the space among characters, ``"▁"`` pieces among
         SentencePiece pieces."""

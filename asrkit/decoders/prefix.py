@@ -68,10 +68,10 @@ class PrefixBeamSearch:
     utterances.
 
     ``symbols`` are the labels' symbols (labels ``0 .. N-1``); the blank is label ``N``.
-    ``decode`` turns a hypothesis' labels into its text (a :class:`~asrkit.labels.Labels`'
+    ``decode`` turns a hypothesis' labels into its text (a :class:`~asrkit.core.labels.Labels`'
     ``decode``; default: the symbols joined, as characters are).
 
-    With a ``scorer``, words are found as :class:`~asrkit.labels.Labels` finds them: a symbol
+    With a ``scorer``, words are found as :class:`~asrkit.core.labels.Labels` finds them: a symbol
     starting with ``word_marker`` finishes the word before it (the scorer scores that word)
     and begins a new one whose first text is the symbol's *body*, the symbol without the
     marker. For characters the marker is the space symbol (body ``""``: a pure separator); for

@@ -6,7 +6,7 @@ A language-model decoder is a :class:`WordScorer` plugged into the one search
 (:class:`asrkit.decoders.beam.BeamSearchDecoder` builds it from the decoder's ``make_scorer``):
 the search asks the scorer for a word's score when a word-start label finishes it (the space
 among characters, a ``"▁"`` piece among SentencePiece pieces: words are the labels' words, see
-:mod:`asrkit.labels`), and for the end of the utterance; everything else (alignments, merging,
+:mod:`asrkit.core.labels`), and for the end of the utterance; everything else (alignments, merging,
 pruning, n-best) is the search's.
 """
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from asrkit import hookimpl
+from asrkit.core.settings import setting, validate
 from asrkit.features import context_windows
-from asrkit.settings import setting, validate
 from asrkit.types import AcousticModel, ModelSpec
 
 if TYPE_CHECKING:

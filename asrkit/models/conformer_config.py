@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from asrkit.errors import AsrkitError
-from asrkit.settings import setting, validate
+from asrkit.core.errors import AsrkitError
+from asrkit.core.settings import setting, validate
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from asrkit import hookimpl
+from asrkit.core.settings import setting, validate
 from asrkit.models.presets import LOGMEL_FULL
-from asrkit.settings import setting, validate
 from asrkit.types import AcousticModel, ModelSpec
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from asrkit.labels import LabelError
-from asrkit.settings import format_value, override
-from asrkit.text import Alphabet
+from asrkit.core.labels import LabelError
+from asrkit.core.settings import format_value, override
+from asrkit.core.text import Alphabet
 from asrkit.types import Decoder
 
 __all__ = ["check_batch_matches_single", "check_decoder", "check_empty_input",
@@ -33,7 +33,7 @@ TEXT = "the cat's tall"
 
 def check_decoder(decoder: Any, alphabet: Any = None, text: str = TEXT) -> None:
     """Every contract check on ``decoder`` (default labels: asrkit's English alphabet; any
-    :class:`~asrkit.labels.Labels`, subword pieces too). ``text`` is what the peaked logits
+    :class:`~asrkit.core.labels.Labels`, subword pieces too). ``text`` is what the peaked logits
     spell (it must be the labels' ``decode`` of its own encoding, e.g. single spaces); give a
     decoder with a vocabulary words it knows."""
     alphabet = _alphabet(alphabet)

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from asrkit.frames import Framing
+from asrkit.core.frames import Framing
 from asrkit.types import FeatureConfig, FeatureExtractor
 
 #: ``extract_batch`` against ``extract``: batched kernels may add in another order.

@@ -38,16 +38,16 @@ from asrkit.config.overrides import parse_overrides
 from asrkit.config.pipeline import PipelineConfig
 from asrkit.config.run import RunConfig, build_run_config
 from asrkit.config.train import TrainConfig
-from asrkit.export import ExportedModel, export_run
+from asrkit.core.text import Alphabet
+from asrkit.evaluation.restore import load_run_model
 from asrkit.features import MFCCConfig
-from asrkit.graph import make_logits_fn
 from asrkit.models.brnn import BRNNConfig
-from asrkit.restore import load_run_model
-from asrkit.runs import Run, new_run
-from asrkit.text import Alphabet
+from asrkit.runs.run import Run, new_run
+from asrkit.serving.export import ExportedModel, export_run
+from asrkit.serving.graph import make_logits_fn
+from asrkit.serving.transcribe import load_audio
 from asrkit.train.checkpoints import Checkpoints
 from asrkit.train.precision import policy
-from asrkit.transcribe import load_audio
 from asrkit.types import ModelSpec
 
 #: Largest logit difference allowed between an utterance alone and in a padded batch: float32

@@ -1,5 +1,6 @@
 """Contract checks for tokenizers: what every :class:`~asrkit.types.Tokenizer` and the
-:class:`~asrkit.labels.Labels` it loads must do, for a plugin author's tests (and asrkit's own)::
+:class:`~asrkit.core.labels.Labels` it loads must do, for a plugin author's tests (and asrkit's
+own)::
 
     from asrkit.testing import check_tokenizer
 
@@ -20,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from asrkit.errors import AsrkitError
-from asrkit.labels import LabelError, Labels
-from asrkit.settings import format_value, override
-from asrkit.text import labels_from_json, normalize
+from asrkit.core.errors import AsrkitError
+from asrkit.core.labels import LabelError, Labels
+from asrkit.core.settings import format_value, override
+from asrkit.core.text import labels_from_json, normalize
 from asrkit.types import NAME_PATTERN, Tokenizer
 
 __all__ = ["check_build_and_load", "check_deterministic_build", "check_load_refuses_garbage",
@@ -98,7 +99,7 @@ def check_build_and_load(tokenizer: Any, texts: Sequence[str] | None = None,
                          config: Any = None) -> Any:
     """``build`` writes exactly one file, at the path it is given (``tokenizer<suffix>``), and
     nothing beside it (no side files, no temporary files left); ``load`` of it gives
-    :class:`~asrkit.labels.Labels` that keep working after the file is gone (a run reads the
+    :class:`~asrkit.core.labels.Labels` that keep working after the file is gone (a run reads the
     file once). Returns the labels."""
     texts = _texts(texts)
     config = tokenizer.Config() if config is None else config
@@ -117,7 +118,7 @@ def check_build_and_load(tokenizer: Any, texts: Sequence[str] | None = None,
         labels = tokenizer.load(path)
     if not isinstance(labels, Labels):
         raise AssertionError(f"{tokenizer.name}: load returned {labels!r}, not an "
-                             "asrkit.labels.Labels (subclass Labels or Pieces)")
+                             "asrkit.core.labels.Labels (subclass Labels or Pieces)")
     try:
         labels.encode(texts[0])
     except Exception as error:
@@ -194,7 +195,7 @@ def check_word_boundaries(labels: Any, texts: Sequence[str] | None = None) -> No
 
 def check_unknown_character(labels: Any, texts: Sequence[str] | None = None) -> None:
     """A character none of the texts holds cannot be spelt: ``encode`` raises
-    :class:`~asrkit.labels.LabelError` naming it and the utterance, and ``missing`` names it
+    :class:`~asrkit.core.labels.LabelError` naming it and the utterance, and ``missing`` names it
     (a run checks its dataset's alphabet with ``missing`` before it starts). ``missing`` of the
     texts themselves is empty."""
     texts = _texts(texts)
@@ -255,7 +256,7 @@ def check_symbols_decode(labels: Any, texts: Sequence[str] | None = None) -> Non
 
 def check_load_refuses_garbage(tokenizer: Any) -> None:
     """``load`` of a file with the right suffix that is not one of the tokenizer's raises
-    :class:`~asrkit.errors.AsrkitError` in one line (a user named the wrong file)."""
+    :class:`~asrkit.core.errors.AsrkitError` in one line (a user named the wrong file)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"garbage{tokenizer.suffix}"
         path.write_bytes(GARBAGE)

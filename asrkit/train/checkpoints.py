@@ -23,11 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from asrkit.errors import AsrkitError
-from asrkit.files import sync_folder, write_durable
+from asrkit.core.errors import AsrkitError
+from asrkit.core.files import sync_folder, write_durable
 
 KINDS = ("latest", "best")
-#: A checkpoint ``asrkit average`` writes (:mod:`asrkit.average`); never a fallback of the others.
+#: A checkpoint ``asrkit average`` writes (:mod:`asrkit.evaluation.average`); never a fallback of
+#: the others.
 AVERAGED = "averaged"
 #: The newest ``latest`` checkpoints kept besides the pointers' (``keep_checkpoints``), oldest
 #: first: ``[{"folder": ..., "step": ...}, ...]``.

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from asrkit.analysis import write_model_analysis
-from asrkit.data.pipeline import PaddingMeter
-from asrkit.scoring import Evaluation
+from asrkit.models.analysis import write_model_analysis
+from asrkit.pipeline.batches import PaddingMeter
+from asrkit.runs.scoring import Evaluation
 from asrkit.train.clock import RunClock
 from asrkit.train.evaluations import DevEvaluations, SplitScorer
 from asrkit.train.failures import finite_mask, stop_on_interrupt
@@ -47,8 +47,8 @@ from asrkit.train.state import LoopState
 from asrkit.train.step import make_optimizer, make_train_step
 from asrkit.train.strategy import is_chief, make_strategy, uses_gpus
 
-if TYPE_CHECKING:  # the engine is given a run; loading and saving runs is asrkit.runs's
-    from asrkit.runs import Run
+if TYPE_CHECKING:  # the engine is given a run; loading and saving runs is asrkit.runs.run's
+    from asrkit.runs.run import Run
 
 #: Names that callers import from here, which live in the modules above.
 __all__ = ["TOO_SHORT_NAMED", "LoopState", "Trainer", "finite_mask", "make_optimizer",

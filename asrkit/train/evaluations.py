@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from asrkit.data.pipeline import make_dataset
-from asrkit.data.shards import shard_paths
-from asrkit.scoring import Evaluation, evaluate_dataset
+from asrkit.dataset.shards import shard_paths
+from asrkit.pipeline.batches import make_dataset
+from asrkit.runs.scoring import Evaluation, evaluate_dataset
 from asrkit.train import schedules
 from asrkit.train.strategy import is_multi_worker
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from asrkit.runs import Run
+    from asrkit.runs.run import Run
     from asrkit.train.model import TrainedModel
     from asrkit.train.progress import RunProgress
     from asrkit.train.records import RunRecords

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from asrkit.errors import AsrkitError
+from asrkit.core.errors import AsrkitError
 from asrkit.train.strategy import is_multi_worker
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from asrkit.runs import Run
+    from asrkit.runs.run import Run
     from asrkit.train.state import LoopState
     from asrkit.train.step import Batch
 

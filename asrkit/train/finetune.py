@@ -24,9 +24,9 @@ from typing import Any
 
 from asrkit.config.overrides import Overrides, Setting
 from asrkit.config.run import typed_settings
-from asrkit.errors import AsrkitError
-from asrkit.runs import Run, load_run
-from asrkit.settings import to_dict
+from asrkit.core.errors import AsrkitError
+from asrkit.core.settings import to_dict
+from asrkit.runs.run import Run, load_run
 from asrkit.train.checkpoints import KINDS, Checkpoints
 
 

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from asrkit.errors import AsrkitError
-from asrkit.settings import MAX_SEED
+from asrkit.core.errors import AsrkitError
+from asrkit.core.settings import MAX_SEED
 from asrkit.train.checkpoints import KINDS, Checkpoints
 
 if TYPE_CHECKING:
 
     from asrkit.config.train import TrainConfig
-    from asrkit.runs import Run
+    from asrkit.runs.run import Run
     from asrkit.train.model import TrainedModel
     from asrkit.train.records import RunRecords
     from asrkit.train.state import LoopState
@@ -104,7 +104,7 @@ def saved_model_config(run: Run, kind: str = "latest") -> Any:
     growth = Growth.of(run.train, run.spec, run.model_config)
     if growth is None:
         return run.model_config
-    # A watcher's best-by-METRIC checkpoint lives in RUN/watch (asrkit.watch).
+    # A watcher's best-by-METRIC checkpoint lives in RUN/watch (asrkit.evaluation.watch).
     checkpoints = Checkpoints(run.folder / ("watch" if kind.startswith("best-by-")
                                             else "checkpoints"))
     kinds = (kind, *(k for k in KINDS if k != kind)) if kind in KINDS else (kind,)

@@ -20,14 +20,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from asrkit.data.pipeline import (
+from asrkit.core.frames import frame_seconds
+from asrkit.dataset.folders import load_dataset_json
+from asrkit.pipeline.batches import (
     PaddingMeter,
     dataset_options,
     estimated_batches,
     make_dataset,
 )
-from asrkit.datasets import load_dataset_json
-from asrkit.frames import frame_seconds
 from asrkit.train.failures import (
     Interrupt,
     NonFiniteLosses,
@@ -39,7 +39,7 @@ from asrkit.train.failures import (
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from asrkit.runs import Run
+    from asrkit.runs.run import Run
     from asrkit.train.clock import RunClock
     from asrkit.train.evaluations import DevEvaluations
     from asrkit.train.growth import Growth

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from asrkit.errors import AsrkitError
-from asrkit.scoring import make_predict
+from asrkit.core.errors import AsrkitError
+from asrkit.runs.scoring import make_predict
 from asrkit.train.accumulate import AccumulatingStep
 from asrkit.train.checkpoints import Checkpoints
 from asrkit.train.ema import WeightAverage
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import keras
     import tensorflow as tf
 
-    from asrkit.runs import Run
+    from asrkit.runs.run import Run
     from asrkit.train.state import LoopState
 
 #: The compiled train step: a batch in, every replica's per-utterance losses out.

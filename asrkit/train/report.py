@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from asrkit.ctc import frames_needed
-from asrkit.data.manifest import read_csv
-from asrkit.data.pipeline import WAV_HEADER_BYTES
-from asrkit.errors import AsrkitError
-from asrkit.frames import fits, frame_seconds
-from asrkit.scoring import write_report
+from asrkit.core.ctc import frames_needed
+from asrkit.core.errors import AsrkitError
+from asrkit.core.frames import fits, frame_seconds
+from asrkit.dataset.manifest import read_csv
+from asrkit.pipeline.batches import WAV_HEADER_BYTES
+from asrkit.runs.scoring import write_report
 from asrkit.types import SAMPLE_RATE
 
 if TYPE_CHECKING:
-    from asrkit.runs import Run
+    from asrkit.runs.run import Run
     from asrkit.train.evaluations import SplitScorer
     from asrkit.train.model import TrainedModel
     from asrkit.train.records import RunRecords
@@ -56,7 +56,7 @@ def too_short(run: Run, dataset_dir: Path | str, split: str) -> list[str]:
 def warn_too_short(run: Run, dataset_dir: Path, extractor: FeatureExtractor, split: str,
                    records: RunRecords) -> None:
     """Warn once, before training, of the utterances of ``split`` that CTC cannot align
-    with this run's features and model (:func:`asrkit.frames.fits`, from the split's CSV).
+    with this run's features and model (:func:`asrkit.core.frames.fits`, from the split's CSV).
     The import checked only the loosest case, every 10 ms frame kept; a model that
     subsamples time needs longer audio. Training leaves them out of the loss and names them
     as it meets them."""

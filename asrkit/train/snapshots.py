@@ -1,4 +1,4 @@
-"""Snapshots of checkpoints for ``asrkit evaluate RUN --watch`` (:mod:`asrkit.watch`).
+"""Snapshots of checkpoints for ``asrkit evaluate RUN --watch`` (:mod:`asrkit.evaluation.watch`).
 
 A snapshot is a checkpoint folder's files hard-linked (copied where links are impossible) into
 ``RUN/watch/pending/<folder>`` with the checkpoint's loop state beside them: the links keep the
@@ -18,8 +18,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from asrkit.files import write_atomic
-from asrkit.locks import lock_held
+from asrkit.core.files import write_atomic
+from asrkit.core.locks import lock_held
 
 WATCH_FOLDER = "watch"
 PENDING = "pending"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from asrkit.ctc import ctc_losses
+from asrkit.core.ctc import ctc_losses
 from asrkit.train.gradients import apply_gradients
 
 if TYPE_CHECKING:
@@ -54,9 +54,9 @@ def forward_and_loss(
     trainable variables, in their order.
 
     An utterance CTC cannot align (fewer output frames than its labels and repeats:
-    :mod:`asrkit.ctc`) is left out of the loss and reported as infinite, so the loop names it.
+    :mod:`asrkit.core.ctc`) is left out of the loss and reported as infinite, so the loop names it.
     Its output frames are the model's ``output_length`` of the extractor's frame count, which
-    the extractor contract makes :func:`asrkit.frames.output_frames` of its samples: the count
+    the extractor contract makes :func:`asrkit.core.frames.output_frames` of its samples: the count
     the run's warning before the first step (:func:`asrkit.train.report.too_short`) and the
     import use.
     """

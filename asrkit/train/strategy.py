@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from asrkit.errors import AsrkitError
+from asrkit.core.errors import AsrkitError
 
 #: Job names that run training steps in a ``MultiWorkerMirroredStrategy`` cluster.
 TRAINING_JOBS = ("chief", "worker")

@@ -13,7 +13,7 @@ weights and their defaults are pyctcdecode's (alpha 0.5, beta 1.5, unk_offset -1
 tuned with it carry over; one difference: pyctcdecode adds ``unk_offset`` to the log10 score of an
 unknown word before weighting (so it costs ``alpha * ln 10 * unk_offset``), asrkit adds it as it is.
 
-Only asrkit's public API is used (``asrkit.api``, ``asrkit.errors``): any author could have
+Only asrkit's public API is used (``asrkit.api``, ``asrkit.core.errors``): any author could have
 written this plugin.
 
 ``kenlm`` (a compiled extension) is imported only when a decoder first decodes.

@@ -1,1 +1,0 @@
-"""Data handling: downloads, archives, audio, manifests, shards and the input pipeline."""

@@ -1,0 +1,65 @@
+"""Where asrkit keeps its data, finding an imported dataset by name, and reading its report.
+
+A core module of its own, below both the import engine (which writes datasets) and training
+(which reads them), so that neither has to import the other to know where datasets live.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from asrkit.core.errors import AsrkitError
+
+#: Environment variable naming asrkit's home folder.
+HOME_ENV = "ASRKIT_HOME"
+#: The report every finished import writes last (its presence means the import is done).
+DATASET_JSON = "dataset.json"
+#: Default longest utterance an import keeps (``--max-duration``), in seconds: longer ones
+#: rarely fit a GPU batch.
+DEFAULT_MAX_SECONDS = 40.0
+
+
+def asrkit_home() -> Path:
+    """Where datasets and downloads live: ``$ASRKIT_HOME``, else ``~/.asrkit``."""
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".asrkit")
+
+
+def datasets_folder() -> Path:
+    """The folder holding imported datasets by name: ``<home>/datasets``."""
+    return asrkit_home() / "datasets"
+
+
+def resolve_dataset(name: str) -> Path:
+    """A dataset given by folder or by name (``$ASRKIT_HOME/datasets/<name>``); a damaged
+    ``dataset.json`` is an error, since it means the import did not end well."""
+    for candidate in (Path(name), datasets_folder() / name):
+        if (candidate / DATASET_JSON).exists():
+            load_dataset_json(candidate)
+            return candidate
+    raise AsrkitError(
+        f"no imported dataset {name!r} (looked in ./{name} and {datasets_folder()}); "
+        f"import it first, e.g. `asrkit import {name}`"
+    )
+
+
+def load_dataset_json(dataset: str | Path) -> dict[str, Any]:
+    """A dataset's report; a damaged one (empty, cut short, edited by hand) is a one-line
+    error that says to redo the import."""
+    path = Path(dataset) / DATASET_JSON
+    if not path.exists():
+        raise AsrkitError(f"{Path(dataset)} is not an imported dataset (no {DATASET_JSON})")
+    text = ""
+    try:
+        text = path.read_text(encoding="utf-8")
+        report = json.loads(text)
+        problem = "" if isinstance(report, dict) else "not a JSON object"
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
+    except json.JSONDecodeError as error:
+        problem = "empty" if not text.strip() else f"not valid JSON: {error}"
+    if problem:
+        raise AsrkitError(f"{path} is damaged ({problem}); import the dataset again with --force")
+    return report

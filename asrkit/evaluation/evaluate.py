@@ -1,0 +1,104 @@
+"""``asrkit evaluate``'s work: a saved run's checkpoint scored on a split
+(:mod:`asrkit.runs.scoring` does the scoring), with the decoder the run or the user chooses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from asrkit.config.decoding import try_decoder
+from asrkit.config.overrides import DecoderChoice
+from asrkit.dataset.shards import damaged_dataset_error
+from asrkit.evaluation.restore import load_run_model
+from asrkit.pipeline.batches import make_dataset
+from asrkit.runs.run import Run, load_run
+from asrkit.runs.scoring import (
+    BatchOutputs,
+    Evaluation,
+    decode_outputs,
+    make_predict,
+    model_outputs,
+)
+
+
+@dataclass
+class SplitModel:
+    """A run's checkpoint ready to run over a split: what every evaluation starts from."""
+
+    run: Run
+    predict: Any
+    batches: Any
+    #: Which weights, as :attr:`Evaluation.checkpoint` reports them.
+    checkpoint: dict[str, Any]
+
+    def outputs(self) -> Iterator[BatchOutputs]:
+        """The model's outputs batch by batch; a damaged dataset file is a one-line error."""
+        import tensorflow as tf
+
+        try:
+            yield from model_outputs(self.predict, self.batches)
+        except tf.errors.DataLossError:
+            error = damaged_dataset_error(self.run.dataset)
+            if error is None:
+                raise
+            raise error from None
+
+
+def load_split_model(folder: str | Path, split: str, checkpoint: str = "best") -> SplitModel:
+    """Load a saved run's checkpoint (``best``, else ``latest``; ``averaged``; ``best-by-METRIC``)
+    and the pipeline of ``split``, warning when an older best hides a newer unscored latest."""
+    run, model, state = load_run_model(folder, checkpoint)
+    if checkpoint in ("best", "latest"):
+        scored = warn_if_latest_unscored(run.folder, state)
+    else:  # averaged, or best-by-METRIC of a watcher
+        scored = {"kind": checkpoint, "step": state["global_step"]}
+        if "averaged_steps" in state:
+            scored["averaged_steps"] = state["averaged_steps"]
+    batches = make_dataset(run.dataset, split, run.labels, run.extractor, run.feature_config,
+                           run.pipeline.for_evaluation())
+    predict = make_predict(model, run.spec, run.model_config,
+                           run.extractor.num_features(run.feature_config))
+    return SplitModel(run, predict, batches, scored)
+
+
+def evaluate_run(folder: str | Path, split: str = "test",
+                 decoder: DecoderChoice | None = None, checkpoint: str = "best",
+                 progress: bool = True) -> Evaluation:
+    """Evaluate a saved run's checkpoint (``best``, else ``latest``) on ``split`` with the
+    run's decoder, or the one ``decoder`` chooses."""
+    # The decoder first: a bad setting, or a file it needs and lacks, is said before the
+    # model loads.
+    run = load_run(folder)
+    chosen = run.choose_decoder(decoder or DecoderChoice())
+    try_decoder(chosen, run.labels)
+    loaded = load_split_model(folder, split, checkpoint)
+    evaluation = decode_outputs(loaded.outputs(), chosen, loaded.run.labels, split, progress)
+    evaluation.checkpoint = loaded.checkpoint
+    return evaluation
+
+
+def warn_if_latest_unscored(folder: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """Which checkpoint ``state`` is (kind and step); warn when it is an older best while the
+    latest checkpoint is newer and was never scored on dev, so nobody reports stale weights by
+    surprise."""
+    pointers = {}
+    for kind in ("best", "latest"):
+        path = folder / "checkpoints" / f"{kind}.json"
+        try:
+            pointers[kind] = json.loads(path.read_text())["state"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    step = int(state.get("global_step", 0))
+    kind = "best" if pointers.get("best", {}).get("global_step") == step and (
+        pointers.get("latest", {}).get("global_step") != step) else "latest"
+    latest = pointers.get("latest", {})
+    newer = int(latest.get("global_step", step))
+    if kind == "best" and newer > step and latest.get("evaluated_step") != newer:
+        print(f"asrkit: warning: scoring the best checkpoint (step {step}); the latest (step "
+              f"{newer}) is newer and was never scored on dev: --checkpoint latest scores it",
+              file=sys.stderr)
+    return {"kind": kind, "step": step}

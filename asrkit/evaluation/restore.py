@@ -1,0 +1,54 @@
+"""A saved run's model with the weights of one of its checkpoints: what evaluation,
+transcription, export and averaging start from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from asrkit.core.errors import AsrkitError
+from asrkit.runs.provenance import plugin_change
+from asrkit.runs.run import Run, load_run
+from asrkit.train.checkpoints import Checkpoints
+from asrkit.train.ema import load_averaged, shadow_of
+from asrkit.train.growth import saved_model_config
+
+
+def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:
+    """A saved run, its model with the ``checkpoint`` weights (``best`` or ``latest``; the other
+    when that one is missing or damaged; their moving average when the run keeps one), and
+    that checkpoint's state: what evaluation, transcription and export all start from.
+
+    Every weight of the model must come from the checkpoint. When they do not match and the
+    run was made with another version of the model's plugin (``plugins.json``), the error says
+    so and which version to install: a plugin that changed its architecture is the likely cause,
+    not a damaged run."""
+    run = load_run(folder)
+    model_config = saved_model_config(run, checkpoint)  # a growing run's size at that point
+    model = run.spec.build(model_config, run.num_features(), run.labels.num_classes)
+    # The moving average of the weights, when the run keeps one (an averaged checkpoint holds
+    # only the mean of the weights).
+    keeps_average = bool(run.train.ema_decay) and checkpoint != "averaged"
+    shadow = shadow_of(model) if keeps_average else None
+    trackables = {"model": model, **({"ema": shadow} if shadow is not None else {})}
+    watched = checkpoint.startswith("best-by-")
+    try:
+        state = Checkpoints(run.folder / ("watch" if watched else "checkpoints"),
+                            **trackables).restore(checkpoint, complete=True)
+    except AsrkitError:
+        changed = plugin_change(run.folder, "model", run.train.model)
+        if changed is None:
+            raise
+        raise AsrkitError(changed.message(run.folder, "its checkpoint")) from None
+    if state is None and watched:
+        metric = checkpoint.removeprefix("best-by-")
+        raise AsrkitError(f"{run.folder} has no {checkpoint} checkpoint; keep one with `asrkit "
+                          f"evaluate {run.folder} --watch --best-by {metric}` beside the training")
+    if state is None and checkpoint == "averaged":
+        raise AsrkitError(f"{run.folder} has no averaged checkpoint; write one with `asrkit "
+                          f"average {run.folder} --last N`")
+    if state is None:
+        raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
+    if shadow is not None:
+        load_averaged(model, shadow, state)
+    return run, model, state

@@ -1,0 +1,614 @@
+"""The import engine every importer shares, and the ``asrkit import <name>`` commands.
+
+An import runs in stages, each resumable:
+
+1. **fetch**: download (resuming, verified) or take the user's archive/folder;
+2. **scan**: one pass over the sources reads the small text members;
+3. **prepare**: the importer turns them into utterances; the core normalises and filters text;
+4. **convert**: a second pass streams audio members to worker processes, which decode each
+   recording once, cut its segments and write 16 kHz mono 16-bit WAVs; every finished member is
+   appended to a journal, so a killed run continues where it stopped;
+5. **write**: CSVs, TFRecord shards and ``dataset.json`` (written last: its presence means done).
+
+Everything written is a pure function of the sources and the options, so a run that was killed
+and rerun produces byte-identical output to one that never stopped.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from asrkit import __version__
+from asrkit.core.errors import AsrkitError
+from asrkit.core.files import write_atomic, write_json
+from asrkit.core.frames import SAMPLE_RATE
+from asrkit.core.text import Alphabet, normalize, quote, recording_decodings
+from asrkit.dataset.audio import read_wav
+from asrkit.dataset.folders import DATASET_JSON, DEFAULT_MAX_SECONDS, asrkit_home
+from asrkit.dataset.manifest import Row, csv_text
+from asrkit.dataset.shards import SHARD_DIR, ShardRecord, is_shard_of, shard_name, write_shard
+from asrkit.importing import download, outputs
+from asrkit.importing.archive import Source, scan_sources
+from asrkit.importing.convert import (
+    SegmentJob,
+    SegmentResult,
+    convert_batch,
+    convert_member,
+    die_with_parent,
+)
+from asrkit.types import DATASET_NAME, Importer, Resource, Utterance
+
+FORMAT_VERSION = 1
+STATE_DIR = ".import"
+JOURNAL = "journal.jsonl"
+#: Target size of one TFRecord shard; small splits still get a few shards so that several
+#: workers can each read their own.
+SHARD_BYTES = 64 << 20
+MIN_SHARDS = 4
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True)
+class ImportConfig:
+    """Options every import shares (the importer's own options travel separately)."""
+
+    home: Path = field(default_factory=asrkit_home)
+    output: Path | None = None
+    mirror: str | None = None
+    archives: tuple[Path, ...] = ()
+    verify: bool = True
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    force: bool = False
+    max_seconds: float = DEFAULT_MAX_SECONDS
+    alphabet: Alphabet = field(default_factory=Alphabet)
+    progress: bool = True
+
+
+@dataclass
+class ImportResult:
+    dataset: Path
+    report: dict[str, Any]
+    did_work: bool
+
+
+# -- stage 1: fetch ----------------------------------------------------------------------------
+
+
+def _download_options(config: ImportConfig) -> download.DownloadOptions:
+    return download.DownloadOptions(mirror=config.mirror, verify=config.verify,
+                                    progress=config.progress)
+
+
+def _expectations(resources: list[Resource], config: ImportConfig
+                  ) -> dict[str, download.Expected]:
+    """What each file to download will be verified against (the mirror's ``SHA256SUMS``, else
+    the published values), by file name; the user's own files are not downloaded."""
+    options = _download_options(config)
+    archives = {path.name: path for path in config.archives}
+    return {resource.filename: download.expected_for(
+                resource, download.mirrored(resource.url, config.mirror), options)
+            for resource in resources
+            if resource.url is not None and resource.path is None
+            and _given_archive(resource, resources, config.archives, archives) is None}
+
+
+def _fetch(resources: list[Resource], config: ImportConfig,
+           expectations: dict[str, download.Expected]) -> tuple[list[Path], list[dict]]:
+    """Local paths of every resource, verified; and what was verified, for ``dataset.json``."""
+    options = _download_options(config)
+    archives = {path.name: path for path in config.archives}
+    paths, record = [], []
+    for resource in resources:
+        given = resource.path or _given_archive(resource, resources, config.archives, archives)
+        if given is not None:
+            path = Path(given)
+            if not path.exists():
+                raise AsrkitError(f"{path} does not exist")
+            digest = None
+            if path.is_file():
+                expected = download.Expected(resource.size, resource.sha256, "published values")
+                digest = download.verify_file(path, expected, options, set_aside=False)
+        elif resource.url is None:
+            raise AsrkitError(
+                f"{resource.filename} cannot be downloaded; download it yourself and pass "
+                "--archive PATH"
+            )
+        else:
+            path, digest = download.fetch(resource, config.home / "downloads", options,
+                                          expectations[resource.filename])
+        paths.append(path)
+        record.append({"filename": path.name if given is not None else resource.filename,
+                       "url": resource.url, "sha256": digest})
+    return paths, record
+
+
+def _given_archive(resource: Resource, resources: list[Resource], given: tuple[Path, ...],
+                   by_name: dict[str, Path]) -> Path | None:
+    if resource.filename in by_name:
+        return by_name[resource.filename]
+    if len(resources) == 1 and len(given) == 1:
+        return given[0]
+    return None
+
+
+# -- stage 3: prepare --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    """An utterance that passed the text checks, with its normalised transcript."""
+
+    utterance: Utterance
+    transcript: str
+    member: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.utterance.split}/{self.utterance.id}"
+
+    @property
+    def path(self) -> str:
+        return f"audio/{self.utterance.split}/{self.utterance.id}.wav"
+
+
+def safe_id(text: str) -> str:
+    """An utterance id usable as a file name."""
+    return _UNSAFE_ID.sub("_", text)
+
+
+def plan(utterances: Iterator[Utterance], importer: Importer, members: set[str],
+         resolve: Any, config: ImportConfig) -> tuple[list[Planned], dict[str, list[str]]]:
+    """Normalise transcripts and sort out what cannot be trained on before any audio is read."""
+    planned: list[Planned] = []
+    skipped: dict[str, list[str]] = defaultdict(list)
+    raws = list(utterances)
+    for raw, uid in zip(raws, distinct_ids(raws, importer), strict=True):
+        utterance = Utterance(**{**asdict(raw), "id": uid})
+        key = f"{utterance.split}/{utterance.id}"
+        text = normalize(importer.normalize(utterance.transcript), config.alphabet.symbols)
+        missing = config.alphabet.missing(text)
+        member = resolve(utterance.audio)
+        reason = None
+        if member not in members:
+            reason = "audio file missing"
+        elif not text:
+            reason = "empty transcript"
+        elif missing:
+            reason = "characters outside the alphabet"
+        elif (utterance.start is not None and utterance.end is not None
+              and utterance.end - utterance.start > config.max_seconds):
+            reason = "too long"
+        elif (utterance.start is not None and utterance.end is not None
+              and utterance.end <= utterance.start):
+            reason = "no audio"
+        if reason:
+            skipped[reason].append(key)
+        else:
+            planned.append(Planned(utterance, text, member))
+    return planned, skipped
+
+
+def distinct_ids(utterances: list[Utterance], importer: Importer) -> list[str]:
+    """File-safe ids (:func:`safe_id`), distinct within each split. Ids that only the
+    replaced characters told apart (``take 1`` and ``take_1``) get a numeric suffix: an id
+    that was safe already keeps its name, the others, in sorted order, become ``take_1_2``,
+    ``take_1_3``... The same corpus always gives the same names."""
+    groups: dict[tuple[str, str], set[str]] = defaultdict(set)
+    seen: set[tuple[str, str]] = set()
+    for u in utterances:
+        if (u.split, u.id) in seen:
+            raise AsrkitError(
+                f"importer {importer.name!r} produced utterance {quote(u.split + '/' + u.id)} "
+                "twice; report this to the importer's authors"
+            )
+        seen.add((u.split, u.id))
+        groups[(u.split, safe_id(u.id))].add(u.id)
+    taken = set(groups)
+    names: dict[tuple[str, str], str] = {}
+    for (split, base), raw_ids in sorted(groups.items()):
+        ordered = sorted(raw_ids, key=lambda raw: (raw != base, raw))
+        names[(split, ordered[0])] = base
+        number = 1
+        for raw in ordered[1:]:
+            number += 1
+            while (split, f"{base}_{number}") in taken:
+                number += 1
+            taken.add((split, f"{base}_{number}"))
+            names[(split, raw)] = f"{base}_{number}"
+    return [names[(u.split, u.id)] for u in utterances]
+
+
+# -- stage 4: convert --------------------------------------------------------------------------
+
+
+def remove_partials(dataset: Path) -> None:
+    """Delete the half-written files (``*.partial``) of a killed import of ``dataset``: the
+    converters name theirs by process id, so a rerun would never write over them. The import
+    holds the dataset's lock, so no other process is writing them."""
+    for partial in dataset.rglob("*.partial"):
+        if partial.is_file() and not partial.is_symlink():
+            partial.unlink(missing_ok=True)
+
+
+class Journal:
+    """Finished members, one JSON line each; a torn last line (killed mid-write) is ignored."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.done: dict[str, list[SegmentResult]] = {}
+        if path.exists():
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                # A torn last line (killed, or the disk filled, mid-write) is cut off, so that
+                # the next line appended starts on a line of its own.
+                data = data[:data.rfind(b"\n") + 1]
+                with open(path, "r+b") as f:
+                    f.truncate(len(data))
+            for line in data.decode("utf-8", errors="replace").splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                self.done[entry["member"]] = [SegmentResult(**r) for r in entry["results"]]
+
+    def add(self, member: str, results: list[SegmentResult]) -> None:
+        self.done[member] = results
+        line = json.dumps({"member": member, "results": [asdict(r) for r in results]})
+        # Flushed, not fsynced: a killed process loses nothing the kernel already has, and a
+        # power cut at worst repeats the conversion of the members whose lines were lost.
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+def convert(sources: list[Source], planned: list[Planned], dataset: Path, journal: Journal,
+            config: ImportConfig) -> None:
+    """Stream the audio members that the journal lacks to the converters."""
+    by_member: dict[str, list[SegmentJob]] = defaultdict(list)
+    for item in planned:
+        if item.member in journal.done:
+            continue
+        u = item.utterance
+        by_member[item.member].append(
+            SegmentJob(item.key, item.path, u.start, u.end, len(item.transcript))
+        )
+    if not by_member:
+        return
+    total = sum(len(jobs) for jobs in by_member.values())
+    bar = tqdm(total=total, unit="utt", desc="convert", disable=not config.progress,
+               smoothing=0.1)
+    audio_seconds = 0.0
+
+    def finish(member: str, results: list[SegmentResult]) -> None:
+        nonlocal audio_seconds
+        journal.add(member, results)
+        audio_seconds += sum(r.samples for r in results if r.reason is None) / SAMPLE_RATE
+        bar.update(len(results))
+        bar.set_postfix_str(f"{audio_seconds / 3600:.2f} h audio")
+
+    wanted = set(by_member)
+    stream = (item for source in sources for item in source.stream(wanted))
+    try:
+        if config.jobs <= 1:
+            for name, data in stream:
+                finish(*convert_member(str(dataset), name, data, by_member[name],
+                                       config.max_seconds))
+        else:
+            _convert_parallel(stream, by_member, dataset, config, finish)
+    finally:
+        bar.close()
+
+
+#: A worker task holds up to this many members or bytes: short files travel in batches.
+BATCH_MEMBERS = 16
+BATCH_BYTES = 8 << 20
+
+
+def _batches(stream: Iterator[tuple[str, bytes]], by_member: dict[str, list[SegmentJob]]
+             ) -> Iterator[list[tuple[str, bytes, list[SegmentJob]]]]:
+    batch: list[tuple[str, bytes, list[SegmentJob]]] = []
+    size = 0
+    for name, data in stream:
+        batch.append((name, data, by_member[name]))
+        size += len(data)
+        if len(batch) >= BATCH_MEMBERS or size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _convert_parallel(stream: Iterator[tuple[str, bytes]], by_member: dict[str, list[SegmentJob]],
+                      dataset: Path, config: ImportConfig, finish: Any) -> None:
+    limit = 2 * config.jobs  # batches in flight: bounds memory whatever the corpus size
+    pending: set[Future] = set()
+
+    def collect(futures: set[Future]) -> None:
+        for future in futures:
+            for member, results in future.result():
+                finish(member, results)
+
+    # Workers end with the import, however it ends: killed (they watch their parent), failed
+    # or interrupted (the pool is shut down here, unfinished batches cancelled).
+    pool = ProcessPoolExecutor(max_workers=config.jobs, initializer=die_with_parent,
+                               initargs=(os.getpid(),))
+    try:
+        for batch in _batches(stream, by_member):
+            pending.add(pool.submit(convert_batch, str(dataset), batch, config.max_seconds))
+            if len(pending) >= limit:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                collect(done)
+        collect(pending)
+    except BaseException:
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.join(timeout=5)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+# -- stage 5: write ----------------------------------------------------------------------------
+
+
+def shard_count(total_bytes: int, utterances: int) -> int:
+    return max(math.ceil(total_bytes / SHARD_BYTES), min(utterances, MIN_SHARDS), 1)
+
+
+def write_shards(dataset: Path, split: str, rows: list[tuple[str, Row]],
+                 progress: bool) -> list[str]:
+    """Write ``split``'s shards (round-robin over the id-sorted rows); existing shards are
+    complete (written atomically) and kept."""
+    count = shard_count(sum(row.wav_filesize for _, row in rows), len(rows))
+    names = [shard_name(split, i, count) for i in range(count)]
+    for stale in (dataset / SHARD_DIR).glob(f"{split}-*.tfrecord*"):
+        if is_shard_of(stale.name, split, partial=True) and stale.name not in names:
+            stale.unlink()
+    todo = [i for i in range(count) if not (dataset / SHARD_DIR / names[i]).exists()]
+    with tqdm(total=sum(len(rows[i::count]) for i in todo), unit="utt", desc=f"shard {split}",
+              disable=not progress or not todo) as bar:
+        for i in todo:
+            def records(part: list[tuple[str, Row]] = rows[i::count]) -> Iterator[ShardRecord]:
+                for utterance_id, row in part:
+                    audio = read_wav(dataset / row.wav_filename).tobytes()
+                    bar.update(1)
+                    yield ShardRecord(utterance_id, audio, row.transcript, row.speaker)
+
+            try:
+                write_shard(dataset / SHARD_DIR / names[i], records())
+            except OSError:
+                raise
+            except Exception as error:  # TensorFlow's writer raises its own errors
+                if "No space left" in str(error):
+                    raise OSError(errno.ENOSPC, "No space left on device",
+                                  str(dataset / SHARD_DIR / names[i])) from None
+                raise
+    return names
+
+
+def _fingerprint(importer: Importer, options: Mapping[str, Any], resources: list[Resource],
+                 config: ImportConfig, expectations: dict[str, download.Expected]) -> dict:
+    """What the output depends on. Compared before anything is fetched, so it must be cheap:
+    for a download, the checksum it is verified against (a mirror's ``SHA256SUMS`` or the
+    published one: an import of a mirror's file is not taken for one of the published file),
+    and size and time stamps for the user's own files."""
+    return {
+        "format": FORMAT_VERSION,
+        "importer": importer.name,
+        "options": {k: _jsonable(v) for k, v in sorted(options.items())},
+        "sources": [_source_key(r, resources, config, expectations) for r in resources],
+        "max_seconds": config.max_seconds,
+        "alphabet": list(config.alphabet.symbols),
+    }
+
+
+def _source_key(resource: Resource, resources: list[Resource], config: ImportConfig,
+                expectations: dict[str, download.Expected]) -> dict[str, Any]:
+    given = resource.path or _given_archive(resource, resources, config.archives,
+                                            {p.name: p for p in config.archives})
+    if given is None:
+        expected = expectations.get(resource.filename)
+        return {"filename": resource.filename,
+                "sha256": expected.sha256 if expected else resource.sha256}
+    path = Path(given).resolve()
+    if not path.exists():
+        raise AsrkitError(f"{path} does not exist")
+    source = Source(path, progress=False)
+    listing = hashlib.sha256()
+    for name, size, mtime in sorted(source.listing()):
+        shown = f"{path.name}/{name}" if source.kind == "dir" else name
+        listing.update(f"{shown}|{size}|{mtime}\n".encode())
+    return {"path": str(path), "listing": listing.hexdigest()}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def run_import(importer: Importer, options: Mapping[str, Any], config: ImportConfig,
+               provider: str = "") -> ImportResult:
+    """Import a corpus into ``<home>/datasets/<dataset name>`` (or ``config.output``)."""
+    name = importer.dataset_name(options)
+    if not DATASET_NAME.match(name):
+        raise AsrkitError(f"dataset name {quote(name)}: use letters, digits, '.', '_', '+' "
+                          "and '-'")
+    dataset = config.output or config.home / "datasets" / name
+    try:
+        return _import(importer, options, config, provider, name, dataset)
+    except OSError as error:
+        problem = disk_error(error, dataset, config)
+        if problem is None:
+            raise
+        raise problem from None
+
+
+def _import(importer: Importer, options: Mapping[str, Any], config: ImportConfig,
+            provider: str, name: str, dataset: Path) -> ImportResult:
+    state = dataset / STATE_DIR
+    resources = importer.resources(options)
+    expectations = _expectations(resources, config)
+    fingerprint = _fingerprint(importer, options, resources, config, expectations)
+    report_path = dataset / DATASET_JSON
+    inputs = [(Path(r.path), "the corpus this import reads") for r in resources if r.path]
+    inputs += [(path, "the corpus this import reads") for path in config.archives]
+    if config.force and dataset.exists():
+        outputs.remove(dataset, outputs.DATASET, inputs)
+    if report_path.exists():
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        if report.get("fingerprint") == fingerprint:
+            return ImportResult(dataset, report, did_work=False)
+        raise AsrkitError(
+            f"{dataset} holds an import made with other options or from other files (another "
+            "mirror's checksums, say); pass --force to redo it, or --output to import elsewhere"
+        )
+    saved = state / "fingerprint.json"
+    if saved.exists() and json.loads(saved.read_text()) != fingerprint:
+        outputs.remove(dataset, outputs.DATASET, inputs)  # an unfinished import of other options
+    outputs.claim(dataset, outputs.DATASET)
+    if state.exists():
+        remove_partials(dataset)
+    state.mkdir(exist_ok=True)
+    write_json(saved, fingerprint)
+
+    paths, fetched = _fetch(resources, config, expectations)
+    sources = [Source(path, progress=config.progress) for path in paths]
+    scan = scan_sources(sources, importer.is_metadata, importer.max_metadata_bytes)
+    with recording_decodings() as decoded:
+        utterances = importer.prepare(scan.metadata, scan.members, options)
+        planned, skipped = plan(iter(utterances), importer, set(scan.members), scan.resolve,
+                                config)
+
+    journal = Journal(state / JOURNAL)
+    convert(sources, planned, dataset, journal, config)
+
+    results = {r.key: r for member in journal.done.values() for r in member}
+    by_split: dict[str, list[tuple[str, Row]]] = defaultdict(list)
+    errors: dict[str, str] = {}
+    for item in planned:
+        result = results.get(item.key)
+        if result is None:  # removed or changed between the two passes over a folder
+            skipped["unreadable audio"].append(item.key)
+            errors[item.member] = "could not be read (removed or changed during the import)"
+            continue
+        if result.reason:
+            skipped[result.reason].append(item.key)
+            if result.detail:
+                errors[item.member] = result.detail
+            continue
+        row = Row(item.path, result.size, item.transcript, result.samples / SAMPLE_RATE,
+                  item.utterance.speaker)
+        by_split[item.utterance.split].append((item.utterance.id, row))
+
+    splits = {}
+    for split in sorted(by_split, key=_split_order(importer)):
+        rows = sorted(by_split[split])
+        write_atomic(dataset / f"{split}.csv", csv_text(row for _, row in rows))
+        shards = write_shards(dataset, split, rows, config.progress)
+        seconds = sum(row.duration or 0 for _, row in rows)
+        splits[split] = {
+            "csv": f"{split}.csv",
+            "shards": [f"shards/{s}" for s in shards],
+            "utterances": len(rows),
+            "seconds": round(seconds, 3),
+            "hours": round(seconds / 3600, 4),
+            "speakers": len({row.speaker for _, row in rows if row.speaker}),
+        }
+    config.alphabet.save(dataset / "alphabet.txt")
+    report = {
+        "name": name,
+        "importer": importer.name,
+        "provider": provider,
+        "asrkit_version": __version__,
+        "description": importer.description,
+        "homepage": importer.homepage,
+        "license": importer.license,
+        "source": fetched,
+        "splits": splits,
+        "total": {
+            "utterances": sum(s["utterances"] for s in splits.values()),
+            "hours": round(sum(s["seconds"] for s in splits.values()) / 3600, 4),
+        },
+        "skipped": _skipped(skipped, scan.skipped),
+        "errors": dict(sorted(errors.items())),
+        "decoded": dict(sorted(decoded.items())),
+        "fingerprint": fingerprint,
+    }
+    write_json(report_path, report)
+    return ImportResult(dataset, report, did_work=True)
+
+
+def _skipped(utterances: dict[str, list[str]], files: dict[str, str]) -> dict[str, dict]:
+    """Per reason: the utterances (``split/id``) and the source files (links, pipes...) that
+    were left out."""
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for member, reason in files.items():
+        by_reason[reason].append(member)
+    out = {}
+    for reason in sorted(set(utterances) | set(by_reason)):
+        keys, names = sorted(utterances.get(reason, [])), sorted(by_reason.get(reason, []))
+        out[reason] = {"count": len(keys) + len(names), "utterances": keys}
+        if names:
+            out[reason]["files"] = names
+    return out
+
+
+#: What a failed write means to the user, by errno.
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def disk_error(error: OSError, dataset: Path, config: ImportConfig) -> AsrkitError | None:
+    """One line for an import that could not write (disk full, read-only, not a folder, no
+    permission), naming the path and what to do; ``None`` for any other error."""
+    path = Path(error.filename) if error.filename else dataset
+    where = "ASRKIT_HOME" if config.output is None else "--output"
+    if error.errno in _DISK_FULL:
+        free = shutil.disk_usage(_existing(dataset)).free
+        return AsrkitError(
+            f"no space left on the disk holding {dataset} ({free / 2**20:,.1f} MB free) while "
+            f"writing {path}; free some space and rerun: the import continues where it stopped"
+        )
+    if error.errno == errno.EROFS:
+        return AsrkitError(f"{path} is on a read-only filesystem; set {where} to a folder "
+                           "you can write to")
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return AsrkitError(f"no permission to write {path}; set {where} to a folder you can "
+                           "write to, or change its permissions")
+    if error.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocking = _existing(dataset)
+        if not blocking.is_dir():
+            return AsrkitError(f"{blocking} is not a folder (it is a file), so {dataset} cannot "
+                               f"be made; set {where} to a folder, or move the file away")
+    return None
+
+
+def _existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _split_order(importer: Importer) -> Any:
+    order = {split: i for i, split in enumerate(importer.splits)}
+    return lambda split: (order.get(split, len(order)), split)

@@ -1,0 +1,2 @@
+"""The training input pipeline: a dataset's shards to augmented, length-bucketed batches in
+``tf.data``."""

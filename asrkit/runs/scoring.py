@@ -1,0 +1,176 @@
+"""Scoring a model on a split: run it over the batches, decode, score, and report; what the
+dev evaluations of a training and ``asrkit evaluate`` share.
+
+The report lists corpus WER and CER (sums of edit distances over sums of reference lengths),
+the mean CTC loss, and the best, median and worst utterances with reference and hypothesis, as
+the Deep Speech notebook and DeepSpeech's reports did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from asrkit.core.ctc import ctc_losses
+from asrkit.core.metrics import Score, corpus_score, score
+from asrkit.core.settings import format_value, to_dict
+
+
+@dataclass
+class UtteranceResult:
+    id: str
+    reference: str
+    hypothesis: str
+    loss: float
+    wer: float
+    cer: float
+
+
+@dataclass
+class Evaluation:
+    split: str
+    decoder: str
+    loss: float
+    total: Score
+    utterances: list[UtteranceResult] = field(default_factory=list)
+    #: Which weights were scored, when known: ``{"kind": "best", "step": 1200, ...}``.
+    checkpoint: dict[str, Any] | None = None
+    #: The decoder's settings (its ``config`` as JSON), and those that differ from its defaults.
+    decoder_settings: dict[str, Any] = field(default_factory=dict)
+    decoder_changed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def wer(self) -> float:
+        return self.total.wer
+
+    @property
+    def cer(self) -> float:
+        return self.total.cer
+
+    def samples(self, count: int = 3) -> dict[str, list[UtteranceResult]]:
+        """Best, median and worst utterances by WER (then loss), as in DeepSpeech's report."""
+        ranked = sorted(self.utterances, key=lambda u: (u.wer, u.loss))
+        middle = max(0, len(ranked) // 2 - count // 2)
+        return {"best": ranked[:count], "median": ranked[middle:middle + count],
+                "worst": ranked[-count:][::-1]}
+
+    def to_json(self) -> dict[str, Any]:
+        def row(u: UtteranceResult) -> dict[str, Any]:
+            return {"id": u.id, "reference": u.reference, "hypothesis": u.hypothesis,
+                    "loss": round(u.loss, 4), "wer": round(u.wer, 4), "cer": round(u.cer, 4)}
+
+        return {
+            **({"checkpoint": self.checkpoint} if self.checkpoint else {}),
+            "split": self.split, "decoder": self.decoder,
+            "decoder_settings": self.decoder_settings, "utterances": len(self.utterances),
+            "wer": self.wer, "cer": self.cer, "loss": self.loss,
+            "word_errors": self.total.word_errors, "words": self.total.words,
+            "char_errors": self.total.char_errors, "chars": self.total.chars,
+            "samples": {k: [row(u) for u in v] for k, v in self.samples().items()},
+            "results": [row(u) for u in self.utterances],
+        }
+
+    def text(self) -> str:
+        lines = [f"{self.split}: {len(self.utterances)} utterances, WER {self.wer:.2%}, "
+                 f"CER {self.cer:.2%}, loss {self.loss:.3f} ({self.decoder} decoder"
+                 + "".join(f", {k}={v}" for k, v in self.decoder_changed.items()) + ")"]
+        if self.checkpoint:
+            lines.insert(0, f"checkpoint: {self.checkpoint['kind']} "
+                            f"(step {self.checkpoint['step']})")
+        for kind, rows in self.samples().items():
+            lines.append(f"\n{kind}:")
+            for u in rows:
+                lines.append(f"  {u.id}  WER {u.wer:.2%}  loss {u.loss:.2f}")
+                lines.append(f"    ref: {u.reference}")
+                lines.append(f"    hyp: {u.hypothesis}")
+        return "\n".join(lines)
+
+
+def make_predict(model: Any, spec: Any, model_config: Any, num_features: int) -> Any:
+    """A compiled function from a batch to (logits, output lengths, per-utterance CTC loss:
+    infinite for an utterance CTC cannot align, which the mean leaves out)."""
+    import tensorflow as tf
+
+    signature = [tf.TensorSpec([None, None, num_features], tf.float32),
+                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, None], tf.int32),
+                 tf.TensorSpec([None], tf.int32)]
+
+    @tf.function(input_signature=signature)
+    def predict(features: Any, lengths: Any, labels: Any, label_lengths: Any) -> Any:
+        logits = tf.cast(model((features, lengths), training=False), tf.float32)
+        out_lengths = spec.output_length(model_config, lengths)
+        loss, feasible = ctc_losses(labels, label_lengths, logits, out_lengths)
+        return logits, out_lengths, tf.where(feasible, loss, float("inf"))
+
+    return predict
+
+
+@dataclass
+class BatchOutputs:
+    """A model's outputs on one batch: what a decoder reads, with what scoring needs."""
+
+    ids: list[str]
+    references: list[str]
+    logits: Any  # numpy [batch, time, classes]
+    lengths: Any  # numpy [batch]
+    losses: Any  # numpy [batch], the CTC loss of each utterance
+
+
+def model_outputs(predict: Any, batches: Any) -> Iterator[BatchOutputs]:
+    """Run the model over ``batches`` (a pipeline with ``with_text=True``), one batch at a
+    time; kept (``list(...)``) they can be decoded by several decoders without running the
+    model again (:mod:`asrkit.evaluation.decoder_search`)."""
+    for batch in batches:
+        logits, out_lengths, losses = predict(batch["features"], batch["feature_lengths"],
+                                              batch["labels"], batch["label_lengths"])
+        yield BatchOutputs([i.decode() for i in batch["ids"].numpy()],
+                           [t.decode() for t in batch["transcripts"].numpy()],
+                           logits.numpy(), out_lengths.numpy(), losses.numpy())
+
+
+def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Any, alphabet: Any, split: str,
+                   progress: bool = True) -> Evaluation:
+    """Decode and score the model's outputs on every batch of a split."""
+    results = []
+    bar = tqdm(desc=f"evaluate {split}", unit="utt", disable=not progress, leave=False)
+    for out in outputs:
+        hypotheses = decoder.decode(out.logits, out.lengths, alphabet)
+        for uid, ref, hyp, loss in zip(out.ids, out.references, hypotheses, out.losses,
+                                       strict=True):
+            s = score(ref, hyp)
+            results.append(UtteranceResult(uid, ref, hyp, float(loss), s.wer, s.cer))
+        bar.update(len(out.ids))
+    bar.close()
+    results.sort(key=lambda u: u.id)
+    finite = [u.loss for u in results if math.isfinite(u.loss)]
+    total = corpus_score([u.reference for u in results], [u.hypothesis for u in results])
+    settings, changed = describe_decoder(decoder)
+    return Evaluation(split, decoder.name, sum(finite) / max(1, len(finite)), total, results,
+                      decoder_settings=settings, decoder_changed=changed)
+
+
+def evaluate_dataset(predict: Any, batches: Any, decoder: Any, alphabet: Any, split: str,
+                     progress: bool = True) -> Evaluation:
+    """Decode and score every batch of ``batches`` (a pipeline with ``with_text=True``)."""
+    return decode_outputs(model_outputs(predict, batches), decoder, alphabet, split, progress)
+
+
+def describe_decoder(decoder: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The decoder's settings as JSON, and those that differ from its defaults as the command
+    line writes them (for the report's first line)."""
+    config = to_dict(decoder.config)
+    defaults = to_dict(type(decoder.config)())
+    return config, {k: format_value(getattr(decoder.config, k)) for k, v in config.items()
+                    if defaults.get(k) != v}
+
+
+def write_report(evaluation: Evaluation, folder: Path, name: str = "report") -> None:
+    """``<name>.json`` and ``<name>.txt`` (which checkpoint, when the evaluation knows it)."""
+    (folder / f"{name}.json").write_text(json.dumps(evaluation.to_json(), indent=2) + "\n")
+    (folder / f"{name}.txt").write_text(evaluation.text() + "\n")

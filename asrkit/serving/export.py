@@ -1,0 +1,431 @@
+"""Exporting a trained run as a self-contained model: SavedModel, TFLite or ONNX (the last in
+:mod:`asrkit.serving.export_onnx`), features inside.
+
+A served model should take what a microphone or a WAV file gives, not asrkit's features, so an
+export holds the whole path from raw 16 kHz mono PCM to logits and to greedy text::
+
+    pcm [samples] --features (tf.signal)--> [frames, F] --model--> logits [frames', classes]
+                                                               \\--greedy CTC--> text
+
+Signatures (each takes one utterance; ``pcm`` is float32 in [-1, 1], or int16 for the
+``*_int16`` variants, which divide by 32768 in the graph):
+
+``logits``            ``{"logits": float32 [frames', classes]}`` (the blank is the last class)
+``transcribe``        ``{"text": string []}`` (SavedModel only), ``"labels": int32 [n]`` (the
+                      label indices of the greedy path, repeats merged, blanks dropped) and
+                      ``"characters": string [n]`` (those labels' symbols: characters, or
+                      subword pieces for a model trained on a tokenizer's pieces)
+``logits_int16``, ``transcribe_int16``   the same for int16 PCM
+``serving_default``   (SavedModel) ``transcribe``, what TensorFlow Serving calls by default
+
+Greedy decoding is written with argmax, comparisons and gathers instead of
+``tf.nn.ctc_greedy_decoder``: those are TFLite built-in operations, so the TFLite model runs
+under a stock interpreter without the Flex delegate (the pip ``tf.lite.Interpreter`` has none).
+Only joining the characters into one string has no built-in, so the TFLite ``transcribe`` returns
+``characters`` and ``labels`` and leaves the join to the caller; the SavedModel adds ``text``.
+For characters ``text`` is the symbols joined; for subword pieces it is words, as
+:meth:`asrkit.core.labels.Labels.decode` reads pieces: joined, the word marker (``"▁"``) made a
+space, spaces collapsed and stripped (:func:`text_of`).
+
+An export is a folder: the SavedModel (``saved_model.pb``, ``variables/``) or ``model.tflite``,
+plus ``asrkit.json`` (``labels``: symbols, word marker and blank, read back with
+:func:`asrkit.core.text.labels_from_json`; ``alphabet``, the same symbols, for older readers; sample
+rate, seconds per output frame, the run and checkpoint it came from, signatures) and, for
+character labels, ``alphabet.txt``, so that :mod:`asrkit.serving.transcribe` and programs without
+asrkit can both use it. A SavedModel also holds its symbols and word marker as variables
+(``alphabet``, ``word_marker``), so it is readable without ``asrkit.json``. It is written to a
+temporary folder and renamed into place, so a crash never leaves half an export, and it is
+verified before the rename: the exported model and the checkpoint must give the same logits on
+the same audio. ``force`` replaces only an export
+asrkit made (:mod:`asrkit.importing.outputs`): never the current folder, the run, or a user's
+folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+from asrkit import __version__
+from asrkit.core.errors import AsrkitError
+from asrkit.core.frames import SAMPLE_RATE, frame_seconds
+from asrkit.core.text import Alphabet, labels_from_json
+from asrkit.evaluation.restore import load_run_model
+from asrkit.importing import outputs
+from asrkit.runs.run import Run
+from asrkit.serving.export_onnx import OnnxModel, metadata, write_onnx
+from asrkit.serving.graph import greedy_labels, make_logits_fn
+
+if TYPE_CHECKING:
+    import numpy as np
+    import tensorflow as tf
+
+    from asrkit.core.labels import Labels
+
+FORMATS = ("savedmodel", "tflite", "onnx")
+#: The export's description, beside the model.
+METADATA_FILE = "asrkit.json"
+TFLITE_FILE = "model.tflite"
+#: int16 PCM to [-1, 1): the scale the training pipeline uses (``asrkit.dataset.shards.parse``).
+PCM_SCALE = 32768.0
+#: Largest logit difference accepted between an export and its checkpoint. float32 kernels
+#: that add in another order (TFLite, XNNPACK) differ by about 1e-6 of the logits' size.
+VERIFY_TOLERANCE = 1e-3
+#: Seconds of the synthetic signal an export is verified on (long enough for a few hundred
+#: frames, short enough to cost well under a second).
+VERIFY_SECONDS = 1.5
+
+
+class ExportError(AsrkitError):
+    """An export that cannot be written, read or verified."""
+
+
+# -- a run's model ------------------------------------------------------------------------------
+
+
+def joins_symbols(labels: Labels) -> TypeGuard[Alphabet]:
+    """Whether ``labels``' text is its symbols joined as they are (characters): no word marker
+    to turn into spaces, no spaces to collapse."""
+    return isinstance(labels, Alphabet)
+
+
+def text_of(characters: tf.Tensor, labels: Labels) -> tf.Tensor:
+    """The text of the greedy path's symbols ``characters`` (string ``[n]``), in the graph: for
+    characters the symbols joined; for subword pieces the words, as ``labels.decode`` gives them
+    (marker -> space, spaces collapsed, the ends stripped)."""
+    import re
+
+    import tensorflow as tf
+
+    joined = tf.strings.reduce_join(characters)
+    if joins_symbols(labels):
+        return joined
+    spaced = tf.strings.regex_replace(joined, re.escape(labels.word_marker), " ")
+    return tf.strings.strip(tf.strings.regex_replace(spaced, r"\s+", " "))
+
+
+def serving_module(run: Run, model: Any, with_text: bool = True) -> tf.Module:
+    """A :class:`tf.Module` whose ``tf.function`` methods are the export's signatures.
+
+    The Keras model is deliberately not an attribute: Keras 3 attaches its own serving function
+    to a tracked model, which tf.saved_model.save would trace with the wrong input types. Only
+    its variables are tracked, and the functions close over the model. ``with_text=False`` is the
+    TFLite variant: no string join (TFLite has no built-in for it) and no shared function.
+    """
+    import tensorflow as tf
+
+    classes = run.labels  # (``labels`` below are a greedy path's)
+    blank = classes.blank
+    float_pcm = [tf.TensorSpec([None], tf.float32, name="pcm")]
+    int16_pcm = [tf.TensorSpec([None], tf.int16, name="pcm")]
+    logits_fn = make_logits_fn(run, model)
+    if with_text:
+        # Traced once and called by every signature: tracing the model costs about a second,
+        # and the SavedModel then holds one copy of it instead of four. (The TFLite converter
+        # cannot lower the LSTM's loop inside a function shared by several signatures, so for
+        # TFLite each signature traces its own copy.)
+        logits_fn = tf.function(logits_fn, input_signature=float_pcm)
+
+    seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
+
+    class Serving(tf.Module):
+        def __init__(self) -> None:
+            super().__init__(name="asrkit_serving")
+            self.model_variables = [getattr(v, "value", v) for v in model.variables]
+            # Readable without asrkit: loaded.alphabet.numpy() (the symbols, pieces too),
+            # loaded.word_marker.numpy(), loaded.frame_seconds.numpy().
+            self.alphabet = tf.Variable(list(classes.symbols), trainable=False, name="alphabet")
+            self.word_marker = tf.Variable(classes.word_marker, trainable=False,
+                                           name="word_marker")
+            self.frame_seconds = tf.Variable(seconds, trainable=False, dtype=tf.float32,
+                                             name="frame_seconds")
+            self.sample_rate = tf.Variable(SAMPLE_RATE, trainable=False, name="sample_rate")
+            self._symbols = tf.constant(list(classes.symbols))
+
+        def _transcribe(self, audio: Any) -> dict[str, Any]:
+            labels = greedy_labels(logits_fn(audio), blank)
+            characters = tf.gather(self._symbols, labels)
+            out = {"labels": labels, "characters": characters}
+            if with_text:
+                out["text"] = text_of(characters, classes)
+            return out
+
+        @tf.function(input_signature=float_pcm)
+        def logits(self, pcm: Any) -> dict[str, Any]:
+            return {"logits": logits_fn(pcm)}
+
+        @tf.function(input_signature=float_pcm)
+        def transcribe(self, pcm: Any) -> dict[str, Any]:
+            return self._transcribe(pcm)
+
+        @tf.function(input_signature=int16_pcm)
+        def logits_int16(self, pcm: Any) -> dict[str, Any]:
+            return {"logits": logits_fn(tf.cast(pcm, tf.float32) / PCM_SCALE)}
+
+        @tf.function(input_signature=int16_pcm)
+        def transcribe_int16(self, pcm: Any) -> dict[str, Any]:
+            return self._transcribe(tf.cast(pcm, tf.float32) / PCM_SCALE)
+
+        def signatures(self) -> dict[str, Any]:
+            functions = {"logits": self.logits, "transcribe": self.transcribe,
+                         "logits_int16": self.logits_int16,
+                         "transcribe_int16": self.transcribe_int16}
+            if with_text:
+                functions["serving_default"] = self.transcribe
+            return functions
+
+    return Serving()
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def default_output(run_folder: Path, fmt: str) -> Path:
+    return run_folder / "export" / fmt
+
+
+def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path | None = None,
+               checkpoint: str = "best", force: bool = False) -> dict[str, Any]:
+    """Export a run's checkpoint as ``fmt`` into the folder ``output`` (default
+    ``RUN/export/FORMAT``), verify it against the checkpoint, and return its metadata (also
+    written to ``asrkit.json`` in the folder, with the verification's largest difference)."""
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+    target = Path(output) if output is not None else default_output(Path(folder), fmt)
+    _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
+    run, model, state = load_run_model(folder, checkpoint)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        module = serving_module(run, model, with_text=True)
+        if fmt == "savedmodel":
+            _save(module, staging)
+        elif fmt == "tflite":
+            _write_tflite(run, model, staging)
+        else:
+            write_onnx(run, model, staging)
+        meta = _metadata(run, fmt, checkpoint, state)
+        if joins_symbols(run.labels):
+            run.labels.save(staging / "alphabet.txt")
+        (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        meta["verified_max_abs_diff"] = verify_export(staging, module)
+        (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        outputs.mark(staging, outputs.EXPORT)
+        if _occupied(target):  # checked again: the folder may have changed meanwhile
+            _check_target(target, Path(folder), force)
+            outputs.remove(target, outputs.EXPORT, [(Path(folder), "the run")])
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    meta["path"] = str(target)
+    return meta
+
+
+def _occupied(target: Path) -> bool:
+    return target.is_symlink() or target.is_file() or (target.is_dir() and any(target.iterdir()))
+
+
+def _check_target(target: Path, run_folder: Path, force: bool) -> None:
+    """Refuse an ``--output`` that an export must not be renamed onto: the current folder (or
+    one above it), the run or a folder holding it, and an occupied folder unless ``force`` and
+    it is an export asrkit made."""
+    outputs.check_not_current(target, "write an export over")
+    real, run = target.resolve(), run_folder.resolve()
+    if real == run or real in run.parents:
+        raise ExportError(f"{target} holds the run ({run_folder}); refusing to write an export "
+                          "over it: choose another --output")
+    if _occupied(target):
+        if not force:
+            raise ExportError(f"{target} already exists; pass --force to replace it")
+        outputs.check_replaceable(target, outputs.EXPORT, [(run_folder, "the run")])
+
+
+def _save(module: Any, folder: Path) -> None:
+    import tensorflow as tf
+
+    tf.saved_model.save(module, str(folder), signatures=module.signatures())
+
+
+def _write_tflite(run: Run, model: Any, folder: Path) -> None:
+    """Convert through a SavedModel of the string-join-free signatures, built-ins only."""
+    import tensorflow as tf
+
+    lite = serving_module(run, model, with_text=False)
+    with tempfile.TemporaryDirectory(prefix="asrkit-tflite-") as scratch:
+        _save(lite, Path(scratch))
+        converter = tf.lite.TFLiteConverter.from_saved_model(
+            scratch, signature_keys=sorted(lite.signatures()))
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        try:
+            flatbuffer = converter.convert()
+        except Exception as error:  # the converter raises its own ConverterError subclasses
+            raise ExportError(
+                f"{run.spec.name} cannot be converted to TFLite with built-in operations only: "
+                + " ".join(str(error).split())[:300]
+            ) from None
+    (folder / TFLITE_FILE).write_bytes(flatbuffer)
+
+
+def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dict[str, Any]:
+    signatures = ["logits", "transcribe", "logits_int16", "transcribe_int16"]
+    meta = {
+        "format": fmt,
+        "asrkit_version": __version__,
+        "model": run.spec.name,
+        "features": run.extractor.name,
+        "run": str(run.folder),
+        "checkpoint": checkpoint,
+        "global_step": state.get("global_step"),
+        "decoder": run.train.decoder,
+        "sample_rate": SAMPLE_RATE,
+        "frame_seconds": frame_seconds(run.feature_config, run.spec, run.model_config),
+        "labels": run.labels.to_json(),
+        "alphabet": list(run.labels.symbols),  # the symbols, for readers older than "labels"
+        "blank": run.labels.blank,
+        "file": TFLITE_FILE if fmt == "tflite" else "saved_model.pb",
+        "signatures": signatures + (["serving_default"] if fmt == "savedmodel" else []),
+        "outputs": {"logits": ["logits"],
+                    "transcribe": ["labels", "characters"] + (["text"] if fmt == "savedmodel"
+                                                              else [])},
+    }
+    if fmt == "onnx":
+        meta.update(metadata())
+    return meta
+
+
+def verification_audio(seconds: float = VERIFY_SECONDS) -> np.ndarray:
+    """A fixed, speech-like test signal: a gliding two-tone chirp with noise and a pause."""
+    import numpy as np
+
+    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    rng = np.random.default_rng(0)
+    tone = 0.3 * np.sin(2 * np.pi * (200 + 400 * t) * t) + 0.1 * np.sin(2 * np.pi * 1800 * t)
+    audio = tone * (np.sin(2 * np.pi * 3 * t) > -0.5) + 0.01 * rng.standard_normal(len(t))
+    return audio.astype(np.float32)
+
+
+def verify_export(folder: Path, module: Any) -> float:
+    """The largest logit difference between the export in ``folder`` and ``module`` (the
+    checkpoint's graph) on :func:`verification_audio`; an error if it exceeds the tolerance."""
+    import numpy as np
+
+    audio = verification_audio()
+    expected = module.logits(audio)["logits"].numpy()
+    exported = ExportedModel(folder).logits(audio)
+    if exported.shape != expected.shape:
+        raise ExportError(f"the export gives logits of shape {exported.shape}, the checkpoint "
+                          f"{expected.shape}")
+    difference = float(np.max(np.abs(exported - expected))) if expected.size else 0.0
+    if not math.isfinite(difference) or difference > VERIFY_TOLERANCE:
+        raise ExportError(f"the export's logits differ from the checkpoint's by {difference:.3g} "
+                          f"(more than {VERIFY_TOLERANCE})")
+    return difference
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def is_export(path: str | Path) -> bool:
+    """Whether ``path`` is an asrkit export folder (or a ``.tflite`` or ``.onnx`` file)."""
+    path = Path(path)
+    if path.is_file():
+        return path.suffix in (".tflite", ".onnx")
+    return any((path / name).exists() for name in ("saved_model.pb", TFLITE_FILE, "model.onnx"))
+
+
+def tflite_interpreter(path: str | Path, num_threads: int | None = None) -> Any:
+    """A TFLite interpreter for ``path``: LiteRT's (``ai_edge_litert``) when installed, else
+    TensorFlow's own ``tf.lite.Interpreter``, whose deprecation warning is silenced (it still
+    ships with TensorFlow and runs the same flatbuffer)."""
+    threads = num_threads or os.cpu_count() or 1
+    try:
+        from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-not-found]
+    except ImportError:
+        import tensorflow as tf
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return tf.lite.Interpreter(model_path=str(path), num_threads=threads)
+    return Interpreter(model_path=str(path), num_threads=threads)
+
+
+class ExportedModel:
+    """An export read back: ``logits(audio)`` and ``transcribe(audio)`` on float32 audio in
+    [-1, 1] at 16 kHz, whichever the format; ``metadata`` is its ``asrkit.json`` and ``labels``
+    what its classes mean (from ``labels`` in it, or the ``alphabet`` of older exports)."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        folder = path.parent if path.is_file() else path
+        if not is_export(path):
+            raise ExportError(f"{path} is not an exported model (no saved_model.pb or "
+                              f"{TFLITE_FILE})")
+        meta_file = folder / METADATA_FILE
+        self.metadata: dict[str, Any] = (json.loads(meta_file.read_text())
+                                         if meta_file.exists() else {})
+        self.path = path
+        onnx_file = path if path.is_file() else folder / "model.onnx"
+        if onnx_file.suffix == ".onnx" and onnx_file.is_file():
+            self.format = "onnx"
+            self._onnx = OnnxModel(onnx_file, self._labels(folder))
+        elif path.is_file() or not (folder / "saved_model.pb").exists():
+            model_file = path if path.is_file() else folder / TFLITE_FILE
+            self.format = "tflite"
+            self._interpreter = tflite_interpreter(model_file)
+            self._runners: dict[str, Any] = {}
+        else:
+            import tensorflow as tf
+
+            self.format = "savedmodel"
+            self._loaded = tf.saved_model.load(str(folder))
+            if not self.metadata:  # a SavedModel carries its own labels and frame step
+                symbols = [s.decode() for s in self._loaded.alphabet.numpy()]
+                marker = getattr(self._loaded, "word_marker", None)  # older exports: none
+                self.metadata = {
+                    "alphabet": symbols,
+                    "frame_seconds": float(self._loaded.frame_seconds.numpy()),
+                    "sample_rate": int(self._loaded.sample_rate.numpy()),
+                }
+                if marker is not None:
+                    self.metadata["labels"] = {"symbols": symbols, "blank": len(symbols),
+                                               "word_marker": marker.numpy().decode()}
+        self.labels: Labels = self._labels(folder)
+
+    def _labels(self, folder: Path) -> Labels:
+        if "alphabet" not in self.metadata and "labels" not in self.metadata:
+            raise ExportError(f"{folder} has no {METADATA_FILE}; it says what the labels mean")
+        return labels_from_json(self.metadata.get("labels", self.metadata))
+
+    def _run(self, signature: str, audio: np.ndarray) -> dict[str, Any]:
+        import numpy as np
+
+        audio = np.ascontiguousarray(audio, dtype=np.float32)
+        if self.format == "onnx":
+            return self._onnx.run(signature, audio)
+        if self.format == "tflite":
+            runner = self._runners.get(signature)
+            if runner is None:
+                runner = self._runners[signature] = self._interpreter.get_signature_runner(
+                    signature)
+            return dict(runner(pcm=audio))
+        outputs = self._loaded.signatures[signature](pcm=audio)
+        return {key: value.numpy() for key, value in outputs.items()}
+
+    def logits(self, audio: np.ndarray) -> np.ndarray:
+        return self._run("logits", audio)["logits"]
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        """The export's own in-graph greedy transcription (TFLite has no string join: its
+        greedy labels are read here as :meth:`asrkit.core.labels.Labels.decode` reads them)."""
+        out = self._run("transcribe", audio)
+        if "text" in out:
+            text = out["text"]
+            return text.decode() if isinstance(text, bytes) else str(text)
+        return self.labels.decode(int(label) for label in out["labels"])

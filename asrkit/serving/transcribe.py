@@ -1,0 +1,592 @@
+"""Transcribing recordings of any format, rate, channel count and length.
+
+Audio
+    Files are decoded by :func:`asrkit.dataset.audio.decode`: 16 kHz mono PCM in-process, anything
+    else (8 kHz, 44.1 kHz stereo, FLAC, Ogg, Opus, MP3, ...) through sox, which mixes channels
+    down and resamples, so the model hears exactly what it was trained on.
+
+Models
+    :func:`load_recognizer` takes a run folder (its ``best`` or ``latest`` checkpoint) or an
+    export of :mod:`asrkit.serving.export` (a SavedModel folder, a TFLite export folder or
+    ``.tflite`` file). Both compute audio -> logits with the same graph
+    (:func:`asrkit.serving.graph.make_logits_fn`), so a run and its export transcribe alike.
+
+Long recordings
+    A bidirectional model reads a whole utterance at once, and memory and latency grow with it,
+    so a long recording is decoded in windows. Each window has a *core* of at most
+    ``chunk_seconds`` and ``overlap_seconds`` more on each side, so a word cut by a window's edge
+    is seen whole by its neighbour. The cores' boundaries are moved to the quietest 100 ms near
+    their nominal places (an energy voice-activity criterion: cut in a pause, not in a word).
+    Windows are then stitched at *seams*: near each boundary, a moment that lies between words
+    in both neighbouring windows' alignments (the nearest such gap; the boundary itself when
+    there is none). Every word is taken from the one window whose seams enclose its centre, so a
+    word in an overlap is neither dropped nor doubled, provided the overlap is longer than the
+    word: the window that keeps a word then hears all of it.
+
+Words, times and confidence
+    The decoder gives each window's text. Word times come from the CTC alignment of that text:
+    the greedy path itself when the text is the greedy text, else a Viterbi forced alignment of
+    the text on the logits (beam or language-model decoders). A word spans its first character's
+    first frame to its last character's last frame, in output frames of
+    :func:`asrkit.core.frames.frame_seconds` (10 ms for ``brnn``, 20 ms for ``ds2``). Its
+    confidence is the geometric mean over its characters of each character's softmax probability
+    (averaged over the frames that emit it): a geometric mean, so that one unsure character makes
+    the word unsure, and per character, so that a long confident vowel cannot hide it.
+
+    A model with subword labels (SentencePiece pieces) is read the same way with pieces for
+    characters: a piece that starts a word (``"▁the"``) begins it, so the word spans its pieces'
+    frames and its confidence is the geometric mean over its pieces.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from asrkit import plugins
+from asrkit.config.decoding import choose_decoder
+from asrkit.config.overrides import DecoderChoice
+from asrkit.core.errors import AsrkitError
+from asrkit.core.frames import SAMPLE_RATE, frame_seconds
+from asrkit.dataset.audio import SOX_TYPES, AudioError, decode
+from asrkit.evaluation.restore import load_run_model
+from asrkit.plugins import one_line
+from asrkit.serving.export import ExportedModel, is_export
+from asrkit.serving.graph import make_logits_fn
+from asrkit.types import Decoder
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from asrkit.core.labels import Labels
+
+#: Defaults of ``asrkit transcribe``: 20 s cores keep a bidirectional model's memory and latency
+#: small, and 2 s each side is longer than nearly any word, so overlapping words are seen whole.
+DEFAULT_CHUNK_SECONDS = 20.0
+DEFAULT_OVERLAP_SECONDS = 2.0
+#: Energy of the audio is measured over this much around each candidate cut (a pause is longer
+#: than a stop consonant's closure, which is shorter than 100 ms).
+ENERGY_WINDOW_SECONDS = 0.1
+#: ... at this resolution.
+ENERGY_HOP_SECONDS = 0.01
+#: Files a directory is searched for: the audio formats sox reads by extension.
+AUDIO_EXTENSIONS = frozenset(set(SOX_TYPES) - {".raw"} | {".oga", ".wv", ".caf", ".w64"})
+#: int16 PCM to [-1, 1): the training pipeline's scale.
+PCM_SCALE = 32768.0
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Word:
+    """A word with its start and end in seconds from the start of the recording."""
+
+    word: str
+    start: float
+    end: float
+    #: In [0, 1]; ``None`` when the text could not be aligned to the logits.
+    confidence: float | None
+
+    @property
+    def centre(self) -> float:
+        return (self.start + self.end) / 2
+
+    def to_json(self) -> dict[str, Any]:
+        confidence = None if self.confidence is None else round(self.confidence, 4)
+        return {"word": self.word, "start": round(self.start, 3), "end": round(self.end, 3),
+                "confidence": confidence}
+
+
+@dataclass
+class Transcript:
+    """One recording's transcription."""
+
+    path: str
+    duration: float
+    words: list[Word]
+    windows: int = 1
+    model: str = ""
+    decoder: str = ""
+
+    @property
+    def text(self) -> str:
+        return " ".join(w.word for w in self.words)
+
+    @property
+    def confidence(self) -> float | None:
+        """The mean of the words' confidences (``None`` without words)."""
+        known = [w.confidence for w in self.words if w.confidence is not None]
+        return sum(known) / len(known) if known else None
+
+    def to_json(self) -> dict[str, Any]:
+        confidence = self.confidence
+        return {"file": self.path, "duration": round(self.duration, 3), "text": self.text,
+                "confidence": None if confidence is None else round(confidence, 4),
+                "model": self.model, "decoder": self.decoder, "windows": self.windows,
+                "words": [w.to_json() for w in self.words]}
+
+
+@dataclass(frozen=True)
+class Window:
+    """Samples ``start..end`` are decoded; ``core_start..core_end`` is the part it owns."""
+
+    start: int
+    end: int
+    core_start: int
+    core_end: int
+
+
+@dataclass(frozen=True)
+class Token:
+    """One emitted label (a character or a subword piece) of a CTC alignment: its label and
+    first/last output frame."""
+
+    label: int
+    first: int
+    last: int
+
+
+# -- models -------------------------------------------------------------------------------------
+
+
+class Recognizer(ABC):
+    """Audio to logits, with what it takes to read them."""
+
+    #: What the model's classes mean (characters or subword pieces).
+    labels: Labels
+    #: Seconds per output frame.
+    frame_seconds: float
+    #: The decoder to use unless told otherwise (the run's), and its settings (a run's; None:
+    #: the decoder's defaults).
+    default_decoder: str = "greedy"
+    default_decoder_config: Any = None
+    #: What the model is, for reports.
+    name: str = ""
+
+    @abstractmethod
+    def logits(self, audio: np.ndarray) -> np.ndarray:
+        """Logits ``[frames', classes]`` of float32 audio ``[samples]`` in [-1, 1] at 16 kHz."""
+
+
+class CheckpointRecognizer(Recognizer):
+    """A run's model restored from its ``best`` checkpoint (``latest`` when there is no best
+    yet), or from ``latest`` when asked."""
+
+    def __init__(self, folder: str | Path, checkpoint: str = "best") -> None:
+        import tensorflow as tf
+
+        run, model, state = load_run_model(folder, checkpoint)
+        self.labels = run.labels
+        self.frame_seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
+        self.default_decoder = run.train.decoder
+        self.default_decoder_config = run.config.decoder
+        self.name = f"{run.folder} ({run.spec.name}, step {state.get('global_step', '?')})"
+        self._model = model  # keeps the variables the function reads alive
+        self._fn = tf.function(make_logits_fn(run, model),
+                               input_signature=[tf.TensorSpec([None], tf.float32)])
+
+    def logits(self, audio: np.ndarray) -> np.ndarray:
+        return self._fn(audio).numpy()
+
+
+class ExportRecognizer(Recognizer):
+    """An exported SavedModel or TFLite model (:class:`asrkit.serving.export.ExportedModel`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._export = ExportedModel(path)
+        meta = self._export.metadata
+        self.labels = self._export.labels
+        self.frame_seconds = float(meta["frame_seconds"])
+        self.default_decoder = meta.get("decoder", "greedy")
+        self.name = f"{path} ({self._export.format}, {meta.get('model', 'unknown model')})"
+
+    def logits(self, audio: np.ndarray) -> np.ndarray:
+        return self._export.logits(audio)
+
+
+def load_recognizer(path: str | Path, checkpoint: str = "best") -> Recognizer:
+    """A run folder's checkpoint or an export, whichever ``path`` is."""
+    path = Path(path)
+    if is_export(path):
+        return ExportRecognizer(path)
+    if (path / "config.json").exists():
+        return CheckpointRecognizer(path, checkpoint)
+    raise AsrkitError(f"{path} is neither a run folder (config.json) nor an exported model "
+                      "(asrkit export)")
+
+
+def resolve_decoder(choice: DecoderChoice, recognizer: Recognizer) -> tuple[Decoder, str | None]:
+    """The decoder ``choice`` names, else the recognizer's own with its settings, with
+    ``choice``'s settings applied (:func:`asrkit.config.decoding.choose_decoder`). An own
+    decoder that is not installed (an export's run used a plugin this machine lacks) falls back
+    to greedy with a warning."""
+    default, config = recognizer.default_decoder, recognizer.default_decoder_config
+    warning = None
+    if choice.name is None and default not in plugins.get_plugins().registry.names("decoder"):
+        warning = f"the model's decoder {default!r} is not installed; using greedy"
+        default, config = "greedy", None
+    return choose_decoder(choice, default, config), warning
+
+
+# -- windows ------------------------------------------------------------------------------------
+
+
+def quietest_point(samples: np.ndarray, centre: int, radius: int,
+                   rate: int = SAMPLE_RATE) -> int:
+    """The sample within ``radius`` of ``centre`` at the middle of the quietest
+    :data:`ENERGY_WINDOW_SECONDS` (nearest ``centre`` among equals)."""
+    import numpy as np
+
+    width = max(1, int(ENERGY_WINDOW_SECONDS * rate))
+    hop = max(1, int(ENERGY_HOP_SECONDS * rate))
+    lo = max(0, centre - radius - width // 2)
+    hi = min(len(samples), centre + radius + width // 2)
+    if hi - lo <= width:
+        return centre
+    signal = samples[lo:hi].astype(np.float64)
+    cumulative = np.concatenate([[0.0], np.cumsum(signal * signal)])
+    starts = np.arange(0, hi - lo - width + 1, hop)
+    energy = cumulative[starts + width] - cumulative[starts]
+    positions = lo + starts + width // 2
+    order = np.lexsort((np.abs(positions - centre), energy))
+    return int(positions[order[0]])
+
+
+def plan_windows(samples: np.ndarray, chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+                 overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
+                 rate: int = SAMPLE_RATE) -> list[Window]:
+    """Windows covering ``samples``: one if it fits in a chunk plus an overlap, else cores of
+    equal nominal length (at most ``chunk_seconds``) whose boundaries move to the quietest spot
+    within half an overlap, each widened by ``overlap_seconds`` each side."""
+    total = len(samples)
+    chunk = max(1, int(chunk_seconds * rate))
+    overlap = max(0, int(overlap_seconds * rate))
+    if total <= chunk + overlap:
+        return [Window(0, total, 0, total)]
+    count = math.ceil(total / chunk)
+    core = total / count
+    # A boundary moves at most a quarter of a core, so cores never cross or vanish.
+    radius = min(overlap // 2, int(core // 4))
+    boundaries = [quietest_point(samples, round(k * core), radius, rate) for k in range(1, count)]
+    edges = [0, *boundaries, total]
+    return [Window(max(0, lo - overlap), min(total, hi + overlap), lo, hi)
+            for lo, hi in itertools.pairwise(edges)]
+
+
+# -- alignment ----------------------------------------------------------------------------------
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    import numpy as np
+
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def greedy_tokens(logits: np.ndarray, blank: int) -> list[Token]:
+    """The greedy path's characters: runs of the same most likely class, blanks dropped (the
+    text of these tokens is exactly what the ``greedy`` decoder outputs)."""
+    import numpy as np
+
+    if len(logits) == 0:
+        return []
+    best = np.argmax(logits, axis=-1)
+    starts = np.flatnonzero(np.concatenate([[True], best[1:] != best[:-1]]))
+    ends = np.concatenate([starts[1:] - 1, [len(best) - 1]])
+    return [Token(int(best[s]), int(s), int(e)) for s, e in zip(starts, ends, strict=True)
+            if best[s] != blank]
+
+
+def ctc_align(log_probs: np.ndarray, labels: Sequence[int], blank: int) -> list[Token] | None:
+    """The most likely CTC path that spells ``labels`` (Viterbi forced alignment), as tokens;
+    ``None`` when no path can (more characters than frames allow)."""
+    import numpy as np
+
+    if not labels:
+        return []
+    frames = len(log_probs)
+    states = 2 * len(labels) + 1
+    extended = np.full(states, blank)
+    extended[1::2] = labels
+    # A path may skip the blank between two different characters, never between equal ones.
+    can_skip = np.zeros(states, bool)
+    can_skip[3::2] = extended[3::2] != extended[1:-2:2]
+    score = np.full(states, -np.inf)
+    score[0] = log_probs[0, blank]
+    if states > 1:
+        score[1] = log_probs[0, extended[1]]
+    back = np.zeros((frames, states), np.int8)
+    minus_inf = np.full(2, -np.inf)
+    for t in range(1, frames):
+        stay = score
+        advance = np.concatenate([minus_inf[:1], score[:-1]])
+        skip = np.where(can_skip, np.concatenate([minus_inf, score[:-2]]), -np.inf)
+        candidates = np.stack([stay, advance, skip])
+        choice = np.argmax(candidates, axis=0)
+        back[t] = choice
+        score = candidates[choice, np.arange(states)] + log_probs[t, extended]
+    final = states - 1 if score[-1] >= score[-2] else states - 2
+    if not np.isfinite(score[final]):
+        return None
+    path = np.empty(frames, np.int64)
+    state = final
+    for t in range(frames - 1, -1, -1):
+        path[t] = state
+        state -= int(back[t, state])
+    tokens = []
+    for index, label in enumerate(labels):
+        where = np.flatnonzero(path == 2 * index + 1)
+        if len(where) == 0:
+            return None
+        tokens.append(Token(int(label), int(where[0]), int(where[-1])))
+    return tokens
+
+
+def words_from_tokens(tokens: Sequence[Token], log_probs: np.ndarray, labels: Labels,
+                      offset: float, frame_seconds: float) -> list[Word]:
+    """Words with times (``offset`` + frames x frame seconds) and confidence: the geometric mean
+    over the word's tokens of each token's mean probability over the frames that emit it.
+
+    Words are split as :class:`~asrkit.core.labels.Labels` splits them: a token that starts a word
+    (``labels.starts_word``) ends the word before it; its body (``"▁the"``: "the") begins the
+    next one, and an empty body (the space among characters) is a pure separator. A word's text
+    is the body of its first token and the symbols of the others."""
+    import numpy as np
+
+    words: list[Word] = []
+    current: list[Token] = []
+
+    def flush() -> None:
+        if not current:
+            return
+        text = "".join(labels.body(t.label) for t in current)
+        characters = [float(np.exp(log_probs[t.first:t.last + 1, t.label]).mean())
+                      for t in current]
+        confidence = math.exp(sum(math.log(max(c, 1e-30)) for c in characters) / len(characters))
+        start = offset + current[0].first * frame_seconds
+        end = offset + (current[-1].last + 1) * frame_seconds
+        words.append(Word(text, start, end, confidence))
+        current.clear()
+
+    for token in tokens:
+        if labels.starts_word(token.label):
+            flush()
+            if labels.body(token.label):
+                current.append(token)
+        else:
+            current.append(token)
+    flush()
+    return words
+
+
+def spread_words(text: str, start: float, end: float) -> list[Word]:
+    """Words of a text that cannot be aligned, spread evenly over ``start..end``, without a
+    confidence. (It does not happen with CTC decoders, whose texts are paths of the logits.)"""
+    pieces = text.split()
+    step = (end - start) / max(1, len(pieces))
+    return [Word(w, start + i * step, start + (i + 1) * step, None)
+            for i, w in enumerate(pieces)]
+
+
+def window_words(logits: np.ndarray, decoder: Any, labels: Labels, offset: float,
+                 frame_seconds: float) -> list[Word]:
+    """Decode one window's logits and place its words in time: on the greedy path's tokens when
+    the decoder's text is the greedy one, else on the forced alignment of the text's labels
+    (``labels.encode``; for subword pieces one valid segmentation of it)."""
+    import numpy as np
+
+    log_probs = log_softmax(np.asarray(logits, np.float64))
+    greedy = greedy_tokens(logits, labels.blank)
+    text = decoder.decode(logits[np.newaxis], np.array([len(logits)]), labels)[0]
+    tokens: list[Token] | None = greedy
+    if text != labels.decode(t.label for t in greedy):
+        try:
+            tokens = ctc_align(log_probs, labels.encode(text), labels.blank)
+        except AsrkitError:  # a character the labels cannot spell
+            tokens = None
+    if tokens is None:
+        return spread_words(text, offset, offset + len(logits) * frame_seconds)
+    return words_from_tokens(tokens, log_probs, labels, offset, frame_seconds)
+
+
+# -- stitching ----------------------------------------------------------------------------------
+
+
+def find_seam(left: Sequence[Word], right: Sequence[Word], nominal: float, lo: float,
+              hi: float) -> float:
+    """A moment in ``lo..hi`` (around ``nominal``) that falls inside no word of either window:
+    ``nominal`` itself if it is free, else the middle of the nearest free stretch; ``nominal``
+    when the whole stretch is covered by words."""
+    spans = sorted((w.start, w.end) for w in (*left, *right) if w.end > lo and w.start < hi)
+    gaps = []
+    cursor = lo
+    for start, end in spans:
+        if start > cursor:
+            gaps.append((cursor, start))
+        cursor = max(cursor, end)
+    if cursor < hi:
+        gaps.append((cursor, hi))
+    if not gaps:
+        return nominal
+    for start, end in gaps:
+        if start <= nominal <= end:
+            return nominal
+    start, end = min(gaps, key=lambda g: min(abs(g[0] - nominal), abs(g[1] - nominal)))
+    return (start + end) / 2
+
+
+def stitch(windows: Sequence[Window], words: Sequence[Sequence[Word]], overlap_seconds: float,
+           rate: int = SAMPLE_RATE) -> list[Word]:
+    """One word list from the windows' (times absolute): each word from the window whose seams
+    enclose its centre. A seam is searched within half an overlap of its core boundary, where
+    both windows hear the audio with at least half an overlap of context, and between the
+    previous seam and the next boundary, so that seams keep their order."""
+    boundaries = [w.core_end / rate for w in windows[:-1]]
+    seams = [-math.inf]
+    for i, nominal in enumerate(boundaries):
+        lo = max(nominal - overlap_seconds / 2, seams[-1])
+        following = boundaries[i + 1] if i + 1 < len(boundaries) else math.inf
+        hi = min(nominal + overlap_seconds / 2, following)
+        seams.append(find_seam(words[i], words[i + 1], nominal, lo, hi))
+    seams.append(math.inf)
+    return [w for i, found in enumerate(words) for w in found
+            if seams[i] <= w.centre < seams[i + 1]]
+
+
+# -- recordings ---------------------------------------------------------------------------------
+
+
+def transcribe_samples(samples: np.ndarray, recognizer: Recognizer, decoder: Any,
+                       chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+                       overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
+                       on_window: Callable[[int, int], None] | None = None,
+                       path: str = "") -> Transcript:
+    """Transcribe 16 kHz mono samples (int16, or float in [-1, 1]) of any length.
+
+    ``on_window(done, total)`` is called after each window (progress bars)."""
+    import numpy as np
+
+    if chunk_seconds <= 0 or overlap_seconds < 0:
+        raise AsrkitError("chunk_seconds must be positive and overlap_seconds not negative")
+    windows = plan_windows(samples, chunk_seconds, overlap_seconds)
+    found: list[list[Word]] = []
+    for number, window in enumerate(windows, 1):
+        piece = samples[window.start:window.end]
+        if piece.dtype == np.int16:
+            audio = piece.astype(np.float32) / PCM_SCALE
+        else:
+            audio = piece.astype(np.float32)
+        logits = recognizer.logits(audio)
+        found.append(window_words(logits, decoder, recognizer.labels,
+                                  window.start / SAMPLE_RATE, recognizer.frame_seconds))
+        if on_window is not None:
+            on_window(number, len(windows))
+    duration = len(samples) / SAMPLE_RATE
+    words = [_clip(w, duration) for w in stitch(windows, found, overlap_seconds)]
+    return Transcript(path, duration, words, len(windows), recognizer.name,
+                      getattr(decoder, "name", ""))
+
+
+def _clip(word: Word, duration: float) -> Word:
+    """Output frames can reach a little past the end of the audio (the last frame is padded)."""
+    end = min(word.end, duration)
+    return Word(word.word, min(word.start, end), end, word.confidence)
+
+
+def load_audio(path: str | Path) -> np.ndarray:
+    """A file's samples as 16 kHz mono int16, whatever its format. Error messages do not repeat
+    the path: the caller prefixes it."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise AudioError(f"cannot read it: {error.strerror or error}") from None
+    if not data:
+        raise AudioError("the file is empty")
+    samples = decode(data, path.name)
+    if len(samples) == 0:
+        raise AudioError("the file holds no audio")
+    return samples
+
+
+def audio_files(inputs: Iterable[str | Path]) -> Iterator[Path]:
+    """The inputs in order, each directory replaced by the audio files under it (sorted, by
+    extension: :data:`AUDIO_EXTENSIONS`). A file named explicitly is taken whatever its name."""
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*")
+                              if p.is_file() and p.suffix.lower() in AUDIO_EXTENSIONS)
+        else:
+            yield path
+
+
+@dataclass
+class Failure:
+    """A file that could not be transcribed, with a one-line reason."""
+
+    path: str
+    message: str
+
+
+@dataclass
+class Options:
+    """What ``transcribe_files`` is told (how to cut recordings, whether to show progress) and
+    what it reports besides the transcripts (the files that failed)."""
+
+    chunk_seconds: float = DEFAULT_CHUNK_SECONDS
+    overlap_seconds: float = DEFAULT_OVERLAP_SECONDS
+    progress: bool = False
+    failures: list[Failure] = field(default_factory=list)
+
+
+def transcribe_files(files: Sequence[Path], recognizer: Recognizer, decoder: Any,
+                     options: Options) -> Iterator[Transcript]:
+    """Transcribe each file, yielding as they finish; a file that fails is recorded in
+    ``options.failures`` and the others go on. A progress bar counts files (several) or windows
+    (one long file) on stderr."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(files), unit="file", desc="transcribe", leave=False,
+               disable=not options.progress or len(files) < 2)
+    windows = _WindowBar(options.progress and len(files) == 1)
+    for path in files:
+        try:
+            samples = load_audio(path)
+            yield transcribe_samples(samples, recognizer, decoder, options.chunk_seconds,
+                                     options.overlap_seconds, windows.update, str(path))
+        except AsrkitError as error:
+            options.failures.append(Failure(str(path), " ".join(str(error).split())))
+        except Exception as error:  # one bad file must not end a directory's transcription
+            options.failures.append(Failure(str(path), one_line(error)))
+        finally:
+            windows.close()
+        bar.update(1)
+    bar.close()
+
+
+class _WindowBar:
+    """A progress bar of one long recording's windows, shown only when there are several."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def update(self, done: int, total: int) -> None:
+        if self.bar is None and self.enabled and total > 2:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="window", desc="transcribe", leave=False)
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
