@@ -22,10 +22,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 SHARD_DIR = "shards"
 
@@ -62,10 +65,10 @@ def is_shard_of(name: str, split: str, partial: bool = False) -> bool:
 def serialize(record: ShardRecord) -> bytes:
     import tensorflow as tf
 
-    def _bytes(value: bytes) -> Any:
+    def _bytes(value: bytes) -> tf.train.Feature:
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
 
-    def _int(value: int) -> Any:
+    def _int(value: int) -> tf.train.Feature:
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
     example = tf.train.Example(
@@ -99,7 +102,7 @@ def write_shard(path: str | Path, records: Iterable[ShardRecord]) -> int:
     return count
 
 
-def feature_spec() -> dict[str, Any]:
+def feature_spec() -> dict[str, tf.io.FixedLenFeature]:
     """The ``tf.io.parse_single_example`` spec of a shard record."""
     import tensorflow as tf
 
@@ -113,7 +116,7 @@ def feature_spec() -> dict[str, Any]:
     }
 
 
-def parse(serialized: Any) -> dict[str, Any]:
+def parse(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     """Parse one record into tensors; ``audio`` becomes float32 samples in [-1, 1)."""
     import tensorflow as tf
 

@@ -13,12 +13,15 @@ replaces it; training keeps it (it is never trained on, and never used as a fall
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asrkit.core.errors import AsrkitError
 from asrkit.runs.run import load_run
 from asrkit.train.checkpoints import AVERAGED, Checkpoints
 from asrkit.train.growth import saved_model_config
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def average_run(folder: str | Path, last: int) -> dict[str, Any]:
@@ -42,7 +45,7 @@ def average_run(folder: str | Path, last: int) -> dict[str, Any]:
                            run.extractor.num_features(run.feature_config),
                            run.labels.num_classes)
     reader = tf.train.Checkpoint(model=model)
-    total: list[Any] = []
+    total: list[np.ndarray] = []
     for entry in chosen:  # the newest last, so its non-trainable weights stay
         status = reader.read(str(checkpoints.folder / entry["folder"] / "ckpt"))
         try:

@@ -66,7 +66,7 @@ class DecoderSearch:
         """The point of the lowest :meth:`rank` (the first of equals)."""
         return min(self.points, key=self.rank)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         best = self.best
         return {
             **({"checkpoint": self.checkpoint} if self.checkpoint else {}),

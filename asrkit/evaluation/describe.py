@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +83,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _percent(value: Any) -> str:
+def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}"
 
 
-def _number(value: Any, digits: int = 3) -> str:
+def _number(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
@@ -112,13 +112,15 @@ def dataset_splits(dataset: Path, info: dict[str, Any]) -> list[str]:
     return ordered(splits)
 
 
-def ordered(splits: Any) -> list[str]:
+def ordered(splits: Iterable[str]) -> list[str]:
     """Split names: train, dev and test first, the rest by name."""
     return sorted(splits, key=lambda s: (SPLIT_ORDER.index(s) if s in SPLIT_ORDER
                                          else len(SPLIT_ORDER), s))
 
 
-def describe_dataset(dataset: Path) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+def describe_dataset(
+    dataset: Path,
+) -> tuple[dict[str, Any], dict[str, list[tuple[str, float, str, str]]]]:
     """The description of a dataset, and its rows by split (for plots)."""
     info = load_dataset_json(dataset)
     rows = {split: split_rows(dataset, split) for split in dataset_splits(dataset, info)}
@@ -206,7 +208,8 @@ def dataset_text(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def dataset_plots(d: dict[str, Any], rows: dict[str, list[Any]], folder: Path) -> list[Path]:
+def dataset_plots(d: dict[str, Any], rows: dict[str, list[tuple[str, float, str, str]]],
+                  folder: Path) -> list[Path]:
     drawn = [
         plots.histograms({s: [sec for _, sec, _, _ in part] for s, part in rows.items()},
                          folder / "durations.png", f"{d['dataset']}: utterance durations",

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asrkit.config.decoding import try_decoder
 from asrkit.config.overrides import DecoderChoice
@@ -19,10 +19,14 @@ from asrkit.runs.run import Run, load_run
 from asrkit.runs.scoring import (
     BatchOutputs,
     Evaluation,
+    Predict,
     decode_outputs,
     make_predict,
     model_outputs,
 )
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 @dataclass
@@ -30,8 +34,8 @@ class SplitModel:
     """A run's checkpoint ready to run over a split: what every evaluation starts from."""
 
     run: Run
-    predict: Any
-    batches: Any
+    predict: Predict
+    batches: tf.data.Dataset
     #: Which weights, as :attr:`Evaluation.checkpoint` reports them.
     checkpoint: dict[str, Any]
 

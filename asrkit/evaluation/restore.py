@@ -4,7 +4,7 @@ transcription, export and averaging start from."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asrkit.core.errors import AsrkitError
 from asrkit.runs.provenance import plugin_change
@@ -13,8 +13,12 @@ from asrkit.train.checkpoints import Checkpoints
 from asrkit.train.ema import load_averaged, shadow_of
 from asrkit.train.growth import saved_model_config
 
+if TYPE_CHECKING:
+    import keras
 
-def load_run_model(folder: str | Path, checkpoint: str = "best") -> tuple[Run, Any, dict[str, Any]]:
+
+def load_run_model(folder: str | Path,
+                   checkpoint: str = "best") -> tuple[Run, keras.Model, dict[str, Any]]:
     """A saved run, its model with the ``checkpoint`` weights (``best`` or ``latest``; the other
     when that one is missing or damaged; their moving average when the run keeps one), and
     that checkpoint's state: what evaluation, transcription and export all start from.

@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -171,7 +171,8 @@ def safe_id(text: str) -> str:
 
 
 def plan(utterances: Iterator[Utterance], importer: Importer, members: set[str],
-         resolve: Any, config: ImportConfig) -> tuple[list[Planned], dict[str, list[str]]]:
+         resolve: Callable[[str], str],
+         config: ImportConfig) -> tuple[list[Planned], dict[str, list[str]]]:
     """Normalise transcripts and sort out what cannot be trained on before any audio is read."""
     planned: list[Planned] = []
     skipped: dict[str, list[str]] = defaultdict(list)
@@ -332,7 +333,8 @@ def _batches(stream: Iterator[tuple[str, bytes]], by_member: dict[str, list[Segm
 
 
 def _convert_parallel(stream: Iterator[tuple[str, bytes]], by_member: dict[str, list[SegmentJob]],
-                      dataset: Path, config: ImportConfig, finish: Any) -> None:
+                      dataset: Path, config: ImportConfig,
+                      finish: Callable[[str, list[SegmentResult]], None]) -> None:
     limit = 2 * config.jobs  # batches in flight: bounds memory whatever the corpus size
     pending: set[Future] = set()
 
@@ -609,6 +611,6 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def _split_order(importer: Importer) -> Any:
+def _split_order(importer: Importer) -> Callable[[str], tuple[int, str]]:
     order = {split: i for i, split in enumerate(importer.splits)}
     return lambda split: (order.get(split, len(order)), split)

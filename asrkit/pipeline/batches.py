@@ -36,7 +36,7 @@ import hashlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from asrkit import plugins
 from asrkit.config.pipeline import PipelineConfig, PipelineError
@@ -47,9 +47,10 @@ from asrkit.core.text import Alphabet
 from asrkit.dataset.shards import feature_spec, parse, shard_paths
 from asrkit.features import context_windows
 from asrkit.pipeline import augment
-from asrkit.types import FeatureExtractor
+from asrkit.types import FeatureConfig, FeatureExtractor
 
 if TYPE_CHECKING:
+    import numpy as np
     import tensorflow as tf
 
 #: Size of a canonical WAV header; a DeepSpeech CSV's ``wav_filesize`` minus this is the PCM size.
@@ -60,13 +61,13 @@ INTERLEAVE_FILES = 4
 #: Keys of a batch, in the order :func:`as_tuple` returns them.
 BATCH_KEYS = ("features", "feature_lengths", "labels", "label_lengths")
 #: One utterance (or batch) on its way through the pipeline: name -> tensor.
-Element = dict[str, Any]
+Element = dict[str, "tf.Tensor"]
 
 
 # -- labels -------------------------------------------------------------------------------------
 
 
-def label_encoder(labels: Labels) -> Callable[[Any, Any], Any]:
+def label_encoder(labels: Labels) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
     """An in-graph ``encode(transcript, utterance_id) -> int32 labels``.
 
     Characters (an :class:`~asrkit.core.text.Alphabet`) are looked up by code point in a constant
@@ -229,7 +230,7 @@ class PaddingMeter:
     def __init__(self) -> None:
         self.real = self.total = 0
 
-    def add(self, lengths: Any, width: int) -> None:
+    def add(self, lengths: np.ndarray, width: int) -> None:
         """One batch: its utterances' frame counts, padded to ``width`` frames."""
         self.real += int(sum(lengths))
         self.total += len(lengths) * int(width)
@@ -256,10 +257,10 @@ def make_dataset(
     split: str,
     labels: Labels,
     extractor: FeatureExtractor | str,
-    feature_config: Any = None,
+    feature_config: FeatureConfig | None = None,
     config: PipelineConfig | None = None,
     input_context: tf.distribute.InputContext | None = None,
-    seed: Any = None,
+    seed: int | tf.Tensor | None = None,
 ) -> tf.data.Dataset:
     """Batches of one split of an imported dataset (see the module docstring for their keys).
 
@@ -309,7 +310,7 @@ def make_dataset(
     return dataset.with_options(dataset_options(config, input_context))
 
 
-def _pipeline_share(input_context: Any) -> tuple[int, int]:
+def _pipeline_share(input_context: tf.distribute.InputContext | None) -> tuple[int, int]:
     """(number of input pipelines, this one's index)."""
     if input_context is None:
         return 1, 0
@@ -317,7 +318,8 @@ def _pipeline_share(input_context: Any) -> tuple[int, int]:
 
 
 def _records(
-    files: list[str], config: PipelineConfig, pipelines: int, index: int, seed: Any
+    files: list[str], config: PipelineConfig, pipelines: int, index: int,
+    seed: int | tf.Tensor | None,
 ) -> tf.data.Dataset:
     """Serialised records of this pipeline's share: whole files when there are enough of them
     (each worker reads only its own), else every ``pipelines``-th record."""
@@ -338,8 +340,10 @@ def _records(
     return dataset if by_file else dataset.shard(pipelines, index)
 
 
-def _reader(encode: Callable[[Any, Any], Any]) -> Callable[[Any], Element]:
-    def read(serialized: Any) -> Element:
+def _reader(
+    encode: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+) -> Callable[[tf.Tensor], Element]:
+    def read(serialized: tf.Tensor) -> Element:
         record = parse(serialized)
         return {
             "id": record["id"],
@@ -351,11 +355,11 @@ def _reader(encode: Callable[[Any, Any], Any]) -> Callable[[Any], Element]:
     return read
 
 
-def _audio_augmenter(config: PipelineConfig) -> Callable[[Element, Any], Element]:
+def _audio_augmenter(config: PipelineConfig) -> Callable[[Element, tf.Tensor], Element]:
     """Speed, then pitch, then noise: each with its own share of the utterance's seed."""
     bank = load_noise_bank(config.noise_folder) if config.noise_folder else None
 
-    def perturb(element: Element, seed: Any) -> Element:
+    def perturb(element: Element, seed: tf.Tensor) -> Element:
         import tensorflow as tf
 
         speed, pitch, noise = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
@@ -371,7 +375,7 @@ def _audio_augmenter(config: PipelineConfig) -> Callable[[Element, Any], Element
 MAX_NOISE_SECONDS = 600
 
 
-def load_noise_bank(folder: str) -> Any:
+def load_noise_bank(folder: str) -> tf.Tensor:
     """Every 16 kHz WAV/FLAC file in ``folder`` (sorted, recursively), mono, concatenated."""
     import numpy as np
     import soundfile
@@ -399,7 +403,9 @@ def load_noise_bank(folder: str) -> Any:
     return tf.constant(bank)
 
 
-def _featurizer(extractor: FeatureExtractor, feature_config: Any) -> Callable[[Element], Element]:
+def _featurizer(
+    extractor: FeatureExtractor, feature_config: FeatureConfig,
+) -> Callable[[Element], Element]:
     def featurize(element: Element) -> Element:
         import tensorflow as tf
 
@@ -417,8 +423,8 @@ def _featurizer(extractor: FeatureExtractor, feature_config: Any) -> Callable[[E
     return featurize
 
 
-def _masker(config: PipelineConfig) -> Callable[[Element, Any], Element]:
-    def mask(element: Element, seed: Any) -> Element:
+def _masker(config: PipelineConfig) -> Callable[[Element, tf.Tensor], Element]:
+    def mask(element: Element, seed: tf.Tensor) -> Element:
         features = augment.spec_augment(
             element["features"],
             seed,
@@ -450,7 +456,9 @@ def _finisher(config: PipelineConfig) -> Callable[[Element], Element]:
     return finish
 
 
-def dataset_options(config: PipelineConfig, input_context: Any) -> tf.data.Options:
+def dataset_options(
+    config: PipelineConfig, input_context: tf.distribute.InputContext | None,
+) -> tf.data.Options:
     """Options of a pipeline's dataset; a dataset that wraps pipelines needs them too."""
     import tensorflow as tf
 
@@ -462,7 +470,9 @@ def dataset_options(config: PipelineConfig, input_context: Any) -> tf.data.Optio
     return options
 
 
-def _with_seeds(dataset: tf.data.Dataset, seed: Any, salt: int) -> tf.data.Dataset:
+def _with_seeds(
+    dataset: tf.data.Dataset, seed: int | tf.Tensor | None, salt: int
+) -> tf.data.Dataset:
     """Pair each element with a stateless seed ``[2]``: reproducible for a seed, new each epoch."""
     import tensorflow as tf
 
@@ -472,7 +482,7 @@ def _with_seeds(dataset: tf.data.Dataset, seed: Any, salt: int) -> tf.data.Datas
     return tf.data.Dataset.zip(dataset, seeds)
 
 
-def _python_encoder(labels: Labels) -> Callable[[Any, Any], Any]:
+def _python_encoder(labels: Labels) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
     """``encode`` for labels that only Python can encode (``labels.encode``); an error names
     the utterance."""
     import numpy as np
@@ -493,7 +503,7 @@ def _python_encoder(labels: Labels) -> Callable[[Any, Any], Any]:
 def _cache_name(
     split: str,
     extractor: FeatureExtractor,
-    feature_config: Any,
+    feature_config: FeatureConfig,
     labels: Labels,
     config: PipelineConfig,
     index: int,
@@ -545,7 +555,7 @@ def _batch(
 # -- inspection ---------------------------------------------------------------------------------
 
 
-def as_tuple(batch: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+def as_tuple(batch: Element) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """``(features, feature_lengths, labels, label_lengths)`` of a batch dict."""
     return tuple(batch[key] for key in BATCH_KEYS)  # type: ignore[return-value]
 

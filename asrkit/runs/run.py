@@ -38,7 +38,7 @@ from asrkit.dataset.folders import resolve_dataset
 from asrkit.dataset.manifest import read_csv
 from asrkit.runs.provenance import plugin_change
 from asrkit.tokenizers import CHARS, TokenizerFile, read_record
-from asrkit.types import Decoder, FeatureExtractor, ModelSpec
+from asrkit.types import Decoder, FeatureConfig, FeatureExtractor, ModelSpec
 
 
 @dataclass
@@ -68,7 +68,7 @@ class Run:
         return self.config.model
 
     @property
-    def feature_config(self) -> Any:
+    def feature_config(self) -> FeatureConfig:
         return self.config.features
 
     @property

@@ -10,16 +10,27 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
 from asrkit.core.ctc import ctc_losses
+from asrkit.core.labels import Labels
 from asrkit.core.metrics import Score, corpus_score, score
 from asrkit.core.settings import format_value, to_dict
+from asrkit.types import AcousticModel, Decoder, ModelSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    import tensorflow as tf
+
+#: What :func:`make_predict` returns: ``predict(features, lengths, labels, label_lengths)``
+#: -> ``(logits, output lengths, per-utterance CTC loss)``.
+Predict = Callable[["tf.Tensor", "tf.Tensor", "tf.Tensor", "tf.Tensor"],
+                   tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]]
 
 
 @dataclass
@@ -60,8 +71,8 @@ class Evaluation:
         return {"best": ranked[:count], "median": ranked[middle:middle + count],
                 "worst": ranked[-count:][::-1]}
 
-    def to_json(self) -> dict[str, Any]:
-        def row(u: UtteranceResult) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
+        def row(u: UtteranceResult) -> dict[str, object]:
             return {"id": u.id, "reference": u.reference, "hypothesis": u.hypothesis,
                     "loss": round(u.loss, 4), "wer": round(u.wer, 4), "cer": round(u.cer, 4)}
 
@@ -92,7 +103,8 @@ class Evaluation:
         return "\n".join(lines)
 
 
-def make_predict(model: Any, spec: Any, model_config: Any, num_features: int) -> Any:
+def make_predict(model: AcousticModel, spec: ModelSpec, model_config: Any,
+                 num_features: int) -> Predict:
     """A compiled function from a batch to (logits, output lengths, per-utterance CTC loss:
     infinite for an utterance CTC cannot align, which the mean leaves out)."""
     import tensorflow as tf
@@ -102,7 +114,8 @@ def make_predict(model: Any, spec: Any, model_config: Any, num_features: int) ->
                  tf.TensorSpec([None], tf.int32)]
 
     @tf.function(input_signature=signature)
-    def predict(features: Any, lengths: Any, labels: Any, label_lengths: Any) -> Any:
+    def predict(features: tf.Tensor, lengths: tf.Tensor, labels: tf.Tensor,
+                label_lengths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         logits = tf.cast(model((features, lengths), training=False), tf.float32)
         out_lengths = spec.output_length(model_config, lengths)
         loss, feasible = ctc_losses(labels, label_lengths, logits, out_lengths)
@@ -117,12 +130,12 @@ class BatchOutputs:
 
     ids: list[str]
     references: list[str]
-    logits: Any  # numpy [batch, time, classes]
-    lengths: Any  # numpy [batch]
-    losses: Any  # numpy [batch], the CTC loss of each utterance
+    logits: np.ndarray  # [batch, time, classes]
+    lengths: np.ndarray  # [batch]
+    losses: np.ndarray  # [batch], the CTC loss of each utterance
 
 
-def model_outputs(predict: Any, batches: Any) -> Iterator[BatchOutputs]:
+def model_outputs(predict: Predict, batches: tf.data.Dataset) -> Iterator[BatchOutputs]:
     """Run the model over ``batches`` (a pipeline with ``with_text=True``), one batch at a
     time; kept (``list(...)``) they can be decoded by several decoders without running the
     model again (:mod:`asrkit.evaluation.decoder_search`)."""
@@ -134,7 +147,7 @@ def model_outputs(predict: Any, batches: Any) -> Iterator[BatchOutputs]:
                            logits.numpy(), out_lengths.numpy(), losses.numpy())
 
 
-def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Any, alphabet: Any, split: str,
+def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Decoder, alphabet: Labels, split: str,
                    progress: bool = True) -> Evaluation:
     """Decode and score the model's outputs on every batch of a split."""
     results = []
@@ -155,13 +168,13 @@ def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Any, alphabet: Any,
                       decoder_settings=settings, decoder_changed=changed)
 
 
-def evaluate_dataset(predict: Any, batches: Any, decoder: Any, alphabet: Any, split: str,
-                     progress: bool = True) -> Evaluation:
+def evaluate_dataset(predict: Predict, batches: tf.data.Dataset, decoder: Decoder,
+                     alphabet: Labels, split: str, progress: bool = True) -> Evaluation:
     """Decode and score every batch of ``batches`` (a pipeline with ``with_text=True``)."""
     return decode_outputs(model_outputs(predict, batches), decoder, alphabet, split, progress)
 
 
-def describe_decoder(decoder: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def describe_decoder(decoder: Decoder) -> tuple[dict[str, Any], dict[str, str]]:
     """The decoder's settings as JSON, and those that differ from its defaults as the command
     line writes them (for the report's first line)."""
     config = to_dict(decoder.config)

@@ -63,6 +63,7 @@ from asrkit.serving.export_onnx import OnnxModel, metadata, write_onnx
 from asrkit.serving.graph import greedy_labels, make_logits_fn
 
 if TYPE_CHECKING:
+    import keras
     import numpy as np
     import tensorflow as tf
 
@@ -110,7 +111,7 @@ def text_of(characters: tf.Tensor, labels: Labels) -> tf.Tensor:
     return tf.strings.strip(tf.strings.regex_replace(spaced, r"\s+", " "))
 
 
-def serving_module(run: Run, model: Any, with_text: bool = True) -> tf.Module:
+def serving_module(run: Run, model: keras.Model, with_text: bool = True) -> tf.Module:
     """A :class:`tf.Module` whose ``tf.function`` methods are the export's signatures.
 
     The Keras model is deliberately not an attribute: Keras 3 attaches its own serving function
@@ -148,7 +149,7 @@ def serving_module(run: Run, model: Any, with_text: bool = True) -> tf.Module:
             self.sample_rate = tf.Variable(SAMPLE_RATE, trainable=False, name="sample_rate")
             self._symbols = tf.constant(list(classes.symbols))
 
-        def _transcribe(self, audio: Any) -> dict[str, Any]:
+        def _transcribe(self, audio: tf.Tensor) -> dict[str, tf.Tensor]:
             labels = greedy_labels(logits_fn(audio), blank)
             characters = tf.gather(self._symbols, labels)
             out = {"labels": labels, "characters": characters}
@@ -157,22 +158,22 @@ def serving_module(run: Run, model: Any, with_text: bool = True) -> tf.Module:
             return out
 
         @tf.function(input_signature=float_pcm)
-        def logits(self, pcm: Any) -> dict[str, Any]:
+        def logits(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
             return {"logits": logits_fn(pcm)}
 
         @tf.function(input_signature=float_pcm)
-        def transcribe(self, pcm: Any) -> dict[str, Any]:
+        def transcribe(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
             return self._transcribe(pcm)
 
         @tf.function(input_signature=int16_pcm)
-        def logits_int16(self, pcm: Any) -> dict[str, Any]:
+        def logits_int16(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
             return {"logits": logits_fn(tf.cast(pcm, tf.float32) / PCM_SCALE)}
 
         @tf.function(input_signature=int16_pcm)
-        def transcribe_int16(self, pcm: Any) -> dict[str, Any]:
+        def transcribe_int16(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
             return self._transcribe(tf.cast(pcm, tf.float32) / PCM_SCALE)
 
-        def signatures(self) -> dict[str, Any]:
+        def signatures(self) -> dict[str, tf.types.experimental.PolymorphicFunction]:
             functions = {"logits": self.logits, "transcribe": self.transcribe,
                          "logits_int16": self.logits_int16,
                          "transcribe_int16": self.transcribe_int16}
@@ -247,13 +248,13 @@ def _check_target(target: Path, run_folder: Path, force: bool) -> None:
         outputs.check_replaceable(target, outputs.EXPORT, [(run_folder, "the run")])
 
 
-def _save(module: Any, folder: Path) -> None:
+def _save(module: tf.Module, folder: Path) -> None:
     import tensorflow as tf
 
     tf.saved_model.save(module, str(folder), signatures=module.signatures())
 
 
-def _write_tflite(run: Run, model: Any, folder: Path) -> None:
+def _write_tflite(run: Run, model: keras.Model, folder: Path) -> None:
     """Convert through a SavedModel of the string-join-free signatures, built-ins only."""
     import tensorflow as tf
 
@@ -311,7 +312,7 @@ def verification_audio(seconds: float = VERIFY_SECONDS) -> np.ndarray:
     return audio.astype(np.float32)
 
 
-def verify_export(folder: Path, module: Any) -> float:
+def verify_export(folder: Path, module: tf.Module) -> float:
     """The largest logit difference between the export in ``folder`` and ``module`` (the
     checkpoint's graph) on :func:`verification_audio`; an error if it exceeds the tolerance."""
     import numpy as np

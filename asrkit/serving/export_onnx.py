@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,10 @@ from asrkit.core.text import labels_from_json
 from asrkit.serving.graph import greedy_labels, make_logits_fn
 
 if TYPE_CHECKING:
+    import keras
     import numpy as np
+    import tensorflow as tf
+    from tf2onnx.graph import Graph, Node
 
     from asrkit.core.labels import Labels
     from asrkit.runs.run import Run
@@ -65,7 +68,7 @@ def metadata() -> dict[str, Any]:
             "outputs": list(OUTPUTS)}
 
 
-def onnx_function(run: Run, model: Any) -> Any:
+def onnx_function(run: Run, model: keras.Model) -> tf.types.experimental.PolymorphicFunction:
     """``fn(pcm float32 [samples]) -> {"logits", "labels"}``: what ``model.onnx`` computes."""
     import tensorflow as tf
 
@@ -73,14 +76,14 @@ def onnx_function(run: Run, model: Any) -> Any:
     blank = run.labels.blank
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name=INPUT)])
-    def recognise(pcm: Any) -> dict[str, Any]:
+    def recognise(pcm: tf.Tensor) -> dict[str, tf.Tensor]:
         logits = logits_fn(pcm)
         return {"logits": logits, "labels": greedy_labels(logits, blank)}
 
     return recognise
 
 
-def write_onnx(run: Run, model: Any, folder: Path) -> None:
+def write_onnx(run: Run, model: keras.Model, folder: Path) -> None:
     """Convert ``model`` (with the run's features) to ``folder/model.onnx``; an
     :class:`OnnxExportError` naming the operations tf2onnx could not convert when onnxruntime
     cannot load the result (tf2onnx logs a failed operation and carries on)."""
@@ -135,13 +138,13 @@ def _tf2onnx_errors() -> Iterator[list[str]]:
 # -- tf2onnx op handlers (see the module docstring) ---------------------------------------------
 
 
-def _handlers() -> dict[str, tuple[Any, list[Any]]]:
+def _handlers() -> dict[str, tuple[Callable[..., None], list[Any]]]:
     # tf2onnx's old handler API: (function, args), where a first arg renames the op; none here.
     return {"RFFT": (_rfft, []), "Real": (_real, []), "Imag": (_imag, []),
             "FloorDiv": (_floor_div, []), "FloorMod": (_floor_mod, [])}
 
 
-def _rfft(ctx: Any, node: Any, name: str, args: list[Any]) -> None:
+def _rfft(ctx: Graph, node: Node, name: str, args: list[Any]) -> None:
     """tf2onnx's own RFFT converter, shown ``ComplexAbs`` consumers so that it converts."""
     from onnx import TensorProto
     from tf2onnx.onnx_opset.signal import RFFTOp
@@ -163,15 +166,15 @@ def _rfft(ctx: Any, node: Any, name: str, args: list[Any]) -> None:
             consumer.type = kind
 
 
-def _real(ctx: Any, node: Any, name: str, args: list[Any]) -> None:
+def _real(ctx: Graph, node: Node, name: str, args: list[Any]) -> None:
     _complex_part(ctx, node, 0)
 
 
-def _imag(ctx: Any, node: Any, name: str, args: list[Any]) -> None:
+def _imag(ctx: Graph, node: Node, name: str, args: list[Any]) -> None:
     _complex_part(ctx, node, 1)
 
 
-def _complex_part(ctx: Any, node: Any, part: int) -> None:
+def _complex_part(ctx: Graph, node: Node, part: int) -> None:
     """``Real``/``Imag`` of a converted RFFT: part 0 or 1 of its first axis."""
     import numpy as np
     from onnx import TensorProto
@@ -189,13 +192,13 @@ def _complex_part(ctx: Any, node: Any, part: int) -> None:
         ctx.set_dtype(node.output[0], TensorProto.DOUBLE)
 
 
-def _is_float(ctx: Any, tensor: str) -> bool:
+def _is_float(ctx: Graph, tensor: str) -> bool:
     from onnx import TensorProto
 
     return ctx.get_dtype(tensor) in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
 
 
-def _floor_div(ctx: Any, node: Any, name: str, args: list[Any]) -> None:
+def _floor_div(ctx: Graph, node: Node, name: str, args: list[Any]) -> None:
     """``floor(x / y)``: ``Floor(Div)`` for floats, ``(x - x mod y) / y`` for integers (ONNX's
     ``Mod`` with ``fmod=0`` takes the divisor's sign, as a floor division's remainder does)."""
     from tf2onnx import utils
@@ -213,7 +216,7 @@ def _floor_div(ctx: Any, node: Any, name: str, args: list[Any]) -> None:
     ctx.replace_inputs(node, [exact.output[0], y])
 
 
-def _floor_mod(ctx: Any, node: Any, name: str, args: list[Any]) -> None:
+def _floor_mod(ctx: Graph, node: Node, name: str, args: list[Any]) -> None:
     """``x - floor(x / y) * y``: ONNX ``Mod`` (``fmod=1`` for floats, whose ``fmod=0`` is for
     integers only, then corrected to the divisor's sign)."""
     if not _is_float(ctx, node.input[0]):

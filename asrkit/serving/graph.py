@@ -6,16 +6,19 @@ apart."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from asrkit.core.frames import check_sample_rate
 from asrkit.features import context_windows
 
 if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
     from asrkit.runs.run import Run
 
 
-def make_logits_fn(run: Run, model: Any) -> Callable[[Any], Any]:
+def make_logits_fn(run: Run, model: keras.Model) -> Callable[[tf.Tensor], tf.Tensor]:
     """``fn(audio float32 [samples]) -> logits float32 [frames', classes]``, in-graph.
 
     The one definition of "audio to logits" that the checkpoint (:mod:`asrkit.serving.transcribe`)
@@ -30,7 +33,7 @@ def make_logits_fn(run: Run, model: Any) -> Callable[[Any], Any]:
     spec, model_config = run.spec, run.model_config
     check_sample_rate(feature_config, str(run.folder))
 
-    def logits_fn(audio: Any) -> Any:
+    def logits_fn(audio: tf.Tensor) -> tf.Tensor:
         features = tf.cast(extractor.extract(audio, feature_config), tf.float32)
         features = context_windows(features, context)
         frames = tf.shape(features)[0]
@@ -41,7 +44,7 @@ def make_logits_fn(run: Run, model: Any) -> Callable[[Any], Any]:
     return logits_fn
 
 
-def greedy_labels(logits: Any, blank: int) -> Any:
+def greedy_labels(logits: tf.Tensor, blank: int) -> tf.Tensor:
     """The greedy CTC path's labels, in-graph with TFLite built-ins only: the most likely class
     of each frame, repeats merged, blanks dropped (what ``asrkit.decoders.greedy`` does)."""
     import tensorflow as tf

@@ -62,6 +62,7 @@ from asrkit.types import Decoder
 
 if TYPE_CHECKING:
     import numpy as np
+    from tqdm import tqdm
 
     from asrkit.core.labels import Labels
 
@@ -97,7 +98,7 @@ class Word:
     def centre(self) -> float:
         return (self.start + self.end) / 2
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         confidence = None if self.confidence is None else round(self.confidence, 4)
         return {"word": self.word, "start": round(self.start, 3), "end": round(self.end, 3),
                 "confidence": confidence}
@@ -124,7 +125,7 @@ class Transcript:
         known = [w.confidence for w in self.words if w.confidence is not None]
         return sum(known) / len(known) if known else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         confidence = self.confidence
         return {"file": self.path, "duration": round(self.duration, 3), "text": self.text,
                 "confidence": None if confidence is None else round(confidence, 4),
@@ -394,7 +395,7 @@ def spread_words(text: str, start: float, end: float) -> list[Word]:
             for i, w in enumerate(pieces)]
 
 
-def window_words(logits: np.ndarray, decoder: Any, labels: Labels, offset: float,
+def window_words(logits: np.ndarray, decoder: Decoder, labels: Labels, offset: float,
                  frame_seconds: float) -> list[Word]:
     """Decode one window's logits and place its words in time: on the greedy path's tokens when
     the decoder's text is the greedy one, else on the forced alignment of the text's labels
@@ -462,7 +463,7 @@ def stitch(windows: Sequence[Window], words: Sequence[Sequence[Word]], overlap_s
 # -- recordings ---------------------------------------------------------------------------------
 
 
-def transcribe_samples(samples: np.ndarray, recognizer: Recognizer, decoder: Any,
+def transcribe_samples(samples: np.ndarray, recognizer: Recognizer, decoder: Decoder,
                        chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
                        overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
                        on_window: Callable[[int, int], None] | None = None,
@@ -546,7 +547,7 @@ class Options:
     failures: list[Failure] = field(default_factory=list)
 
 
-def transcribe_files(files: Sequence[Path], recognizer: Recognizer, decoder: Any,
+def transcribe_files(files: Sequence[Path], recognizer: Recognizer, decoder: Decoder,
                      options: Options) -> Iterator[Transcript]:
     """Transcribe each file, yielding as they finish; a file that fails is recorded in
     ``options.failures`` and the others go on. A progress bar counts files (several) or windows
@@ -576,7 +577,7 @@ class _WindowBar:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.bar: Any = None
+        self.bar: tqdm | None = None
 
     def update(self, done: int, total: int) -> None:
         if self.bar is None and self.enabled and total > 2:
