@@ -155,13 +155,13 @@ def _power_scale(config: MFCCConfig | LogMelConfig) -> float:
 # -- constant matrices, built once per configuration in float64 numpy ---------------------------
 
 
-def _hz_to_mel_psf(hz: Any) -> Any:
+def _hz_to_mel_psf(hz: float) -> float:
     import numpy as np
 
     return 2595 * np.log10(1 + hz / 700.0)
 
 
-def _mel_to_hz_psf(mel: Any) -> Any:
+def _mel_to_hz_psf(mel: np.ndarray) -> np.ndarray:
     return 700 * (10 ** (mel / 2595.0) - 1)
 
 
@@ -231,7 +231,7 @@ def htk_mel_matrix(
     high_hz = high_hz or sample_rate / 2
     num_bins = fft_length // 2 + 1
 
-    def mel(hz: Any) -> Any:
+    def mel(hz: float | np.ndarray) -> np.ndarray:
         return 1127.0 * np.log1p(np.asarray(hz) / 700.0)
 
     bin_mels = mel(np.linspace(0.0, sample_rate / 2, num_bins))[1:, None]
@@ -330,7 +330,7 @@ class SpectralExtractor(FeatureExtractor):
     def _from_power(self, power: tf.Tensor, config: Any) -> tf.Tensor:
         """Features ``[..., frames, num_features]`` of ``|FFT|^2`` ``[..., frames, bins]``."""
 
-    def extract(self, audio: Any, config: Any) -> Any:
+    def extract(self, audio: tf.Tensor | np.ndarray, config: Any) -> tf.Tensor:
         """Features ``[frames, num_features]`` of float32 audio ``[samples]`` in [-1, 1]."""
         import tensorflow as tf
 
@@ -343,7 +343,8 @@ class SpectralExtractor(FeatureExtractor):
         power = _squared_magnitude(frames, config.fft_length, self._window(config))
         return normalize(self._from_power(power, config), config.normalize)
 
-    def extract_batch(self, audio: Any, lengths: Any, config: Any) -> tuple[Any, Any]:
+    def extract_batch(self, audio: tf.Tensor | np.ndarray, lengths: tf.Tensor | np.ndarray,
+                      config: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Features of a zero-padded batch ``[batch, samples]`` with ``lengths`` (samples):
         ``([batch, frames, num_features], frame_lengths [batch])``. Each utterance gets the
         features ``extract`` gives it alone; frames past its end are zero."""

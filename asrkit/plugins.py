@@ -16,17 +16,19 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
-from types import ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any
+from types import FrameType, ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import pluggy
 
 from asrkit import hookspecs
 from asrkit.core.errors import PluginError
-from asrkit.registry import Provider, Registry
+from asrkit.registry import Component, Provider, Registry
 
 if TYPE_CHECKING:
     import click
+
+    from asrkit.types import Decoder, FeatureExtractor, Importer, ModelSpec, Tokenizer
 
 ENTRY_POINT_GROUP = "asrkit"
 STRICT_ENV = "ASRKIT_STRICT_PLUGINS"
@@ -285,7 +287,7 @@ class PluginSet:
         return files
 
 
-def _frames(error: BaseException) -> Iterator[Any]:
+def _frames(error: BaseException) -> Iterator[FrameType]:
     """The frames of ``error``'s traceback, outermost first, then those of its causes."""
     seen: set[int] = set()
     current: BaseException | None = error
@@ -321,6 +323,18 @@ def set_plugins(plugins: PluginSet | None) -> None:
     _DEFAULT = plugins
 
 
-def get(kind: str, name: str) -> Any:
+@overload
+def get(kind: Literal["importer"], name: str) -> Importer: ...
+@overload
+def get(kind: Literal["model"], name: str) -> ModelSpec: ...
+@overload
+def get(kind: Literal["decoder"], name: str) -> Decoder: ...
+@overload
+def get(kind: Literal["feature"], name: str) -> FeatureExtractor: ...
+@overload
+def get(kind: Literal["tokenizer"], name: str) -> Tokenizer: ...
+@overload
+def get(kind: str, name: str) -> Component: ...
+def get(kind: str, name: str) -> Component:
     """The installed ``kind`` named ``name`` (e.g. ``get("importer", "ted")``)."""
     return get_plugins().registry.get(kind, name)

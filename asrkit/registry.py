@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 from asrkit.core.errors import PluginError
-from asrkit.types import KINDS, NAME_PATTERN
+from asrkit.types import (
+    KINDS,
+    NAME_PATTERN,
+    Decoder,
+    FeatureExtractor,
+    Importer,
+    ModelSpec,
+    Tokenizer,
+)
+
+#: Anything registered: an instance of one of the classes of :data:`asrkit.types.KINDS`.
+Component = Importer | ModelSpec | Decoder | FeatureExtractor | Tokenizer
 
 #: The distribution whose plugins are asrkit's own: their names can never be taken by another.
 BUILTIN_DISTRIBUTION = "asrkit"
@@ -33,7 +44,7 @@ class Provider:
 class Registration:
     kind: str
     name: str
-    obj: Any
+    obj: Any  # the kind's class (asrkit.types.KINDS[kind]); readers know which
     provider: Provider
 
 
@@ -121,7 +132,19 @@ class Registry:
     def registrations(self, kind: str) -> list[Registration]:
         return [self.entries[kind][name] for name in self.names(kind)]
 
-    def get(self, kind: str, name: str) -> Any:
+    @overload
+    def get(self, kind: Literal["importer"], name: str) -> Importer: ...
+    @overload
+    def get(self, kind: Literal["model"], name: str) -> ModelSpec: ...
+    @overload
+    def get(self, kind: Literal["decoder"], name: str) -> Decoder: ...
+    @overload
+    def get(self, kind: Literal["feature"], name: str) -> FeatureExtractor: ...
+    @overload
+    def get(self, kind: Literal["tokenizer"], name: str) -> Tokenizer: ...
+    @overload
+    def get(self, kind: str, name: str) -> Component: ...
+    def get(self, kind: str, name: str) -> Component:
         """The object registered as ``kind`` ``name``; a clear error when there is none."""
         if (kind, name) in self.conflicts:
             raise PluginError(self.conflict_message(kind, name))

@@ -42,11 +42,11 @@ class CharTokenizer(Tokenizer):
     description = "One label per character: the dataset's alphabet (the default)."
     suffix = ".txt"
 
-    def build(self, texts: Sequence[str], config: Any, path: Any) -> None:
+    def build(self, texts: Sequence[str], config: Any, path: Path) -> None:
         chars = sorted(set("".join(texts)) - {" "})
         Alphabet((" ", *chars)).save(path)
 
-    def load(self, path: Any) -> Labels:
+    def load(self, path: Path) -> Labels:
         try:
             return Alphabet.load(path)
         except (AlphabetError, OSError, UnicodeDecodeError) as error:

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from asrkit.runs.run import CHECKPOINTS
+
+if TYPE_CHECKING:
+    from asrkit.evaluation.decoder_search import DecoderSearch
+    from asrkit.runs.scoring import Evaluation
 
 
 @click.command("evaluate")
@@ -73,7 +77,7 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
     _show(evaluation, json_file)
 
 
-def _show(result: Any, json_file: Path | None) -> None:
+def _show(result: Evaluation | DecoderSearch, json_file: Path | None) -> None:
     """Print ``result``'s text, and write its JSON to ``json_file`` (``-``: print only it)."""
     if json_file is not None and str(json_file) == "-":
         click.echo(json.dumps(result.to_json(), indent=2))

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from asrkit.config.train import PRECISIONS
+
+if TYPE_CHECKING:
+    from asrkit.runs.run import Run
+    from asrkit.train.state import LoopState
 
 
 @click.command("train")
@@ -132,7 +136,7 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
                f"report: {run.folder / 'report.txt'}")
 
 
-def _fit(run: Any, progress: bool) -> Any:
+def _fit(run: Run, progress: bool) -> LoopState:
     """Train ``run`` to its end; a damaged dataset shard is a one-line error naming it."""
     import tensorflow as tf
 

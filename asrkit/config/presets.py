@@ -13,16 +13,19 @@ preset and every resolved value.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from asrkit.config.overrides import Overrides, typed_overrides
 from asrkit.core.errors import AsrkitError
+
+if TYPE_CHECKING:
+    from asrkit.types import ModelSpec
 
 #: Chosen by ``auto`` where GPUs are visible / where not.
 GPU_PRESET, CPU_PRESET = "full", "cpu"
 
 
-def choose_preset(spec: Any, requested: str, devices: str = "") -> tuple[str, str]:
+def choose_preset(spec: ModelSpec, requested: str, devices: str = "") -> tuple[str, str]:
     """The preset to apply (``""`` for none) and, for the user, why it was chosen."""
     presets = getattr(spec, "presets", {}) or {}
     if requested == "none":
@@ -41,7 +44,7 @@ def choose_preset(spec: Any, requested: str, devices: str = "") -> tuple[str, st
                         f"{GPU_PRESET} for the full ones)")
 
 
-def preset_settings(spec: Any, name: str) -> Overrides:
+def preset_settings(spec: ModelSpec, name: str) -> Overrides:
     """The settings of ``spec``'s preset ``name`` (none for ``""``), parsed as ``-o`` is."""
     return typed_overrides(spec.presets[name]) if name else Overrides()
 

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def frames_needed(labels: Sequence[int]) -> int:
@@ -36,8 +39,9 @@ def use_sparse_labels() -> bool:
     return not tf.config.list_logical_devices("GPU")
 
 
-def ctc_losses(labels: Any, label_lengths: Any, logits: Any, logit_lengths: Any,
-               sparse: bool | None = None) -> tuple[Any, Any]:
+def ctc_losses(labels: tf.Tensor, label_lengths: tf.Tensor, logits: tf.Tensor,
+               logit_lengths: tf.Tensor,
+               sparse: bool | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """Per-utterance CTC losses of ``logits`` ``[batch, time, classes]`` (blank last) against
     dense ``labels`` ``[batch, max_labels]`` of ``label_lengths``, and whether each utterance
     can be aligned at all. An utterance that cannot has loss 0 and no gradient.

@@ -23,9 +23,12 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asrkit.core.errors import AsrkitError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 #: The one sample rate of asrkit: imports convert to it, features and models read it.
 SAMPLE_RATE = 16000
@@ -78,12 +81,12 @@ class Framing:
     def step_seconds(self) -> float:
         return self.step / self.sample_rate
 
-    def frames(self, num_samples: Any) -> Any:
+    def frames(self, num_samples: int | tf.Tensor) -> int | tf.Tensor:
         """Feature frames of ``num_samples`` samples (a Python int or an integer tensor)."""
         return count_frames(num_samples, self.window, self.step)
 
 
-def count_frames(num_samples: Any, window: int, step: int) -> Any:
+def count_frames(num_samples: int | tf.Tensor, window: int, step: int) -> int | tf.Tensor:
     """Frames of ``num_samples`` samples: one frame for anything up to a window, else
     ``1 + ceil((num_samples - window) / step)``, the last frame zero-padded. Works on Python
     ints and on integer tensors."""
@@ -101,8 +104,8 @@ def frame_geometry(config: Any) -> tuple[int, int]:
     return framing.window, framing.step
 
 
-def output_frames(num_samples: Any, feature_config: Any, spec: Any = None,
-                  model_config: Any = None) -> Any:
+def output_frames(num_samples: int | tf.Tensor, feature_config: Any, spec: Any = None,
+                  model_config: Any = None) -> int | tf.Tensor:
     """Frames the model ``spec`` (with ``model_config``) outputs for ``num_samples`` samples of
     audio featurised with ``feature_config``; the feature frames when ``spec`` is None."""
     frames = Framing.of(feature_config).frames(num_samples)

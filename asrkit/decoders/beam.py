@@ -29,7 +29,11 @@ from asrkit.decoders.scoring import Hypothesis, WordScorer
 from asrkit.types import Decoder
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from asrkit.core.labels import Labels
     from asrkit.decoders.prefix import PrefixBeamSearch
+    from asrkit.hookspecs import Register
 
 #: Utterances searched side by side (see PrefixBeamSearch.search_batch): enough to amortise
 #: the per-frame cost of numpy calls, few enough to keep the arrays in cache ...
@@ -74,13 +78,13 @@ class BeamSearchDecoder(Decoder):
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
         # Built per label set on first use: the search precomputes tables for its labels.
-        self._searches: dict[tuple[Any, ...], PrefixBeamSearch] = {}
+        self._searches: dict[tuple[type, tuple[str, ...], str], PrefixBeamSearch] = {}
 
-    def make_scorer(self, labels: Any) -> WordScorer | None:
+    def make_scorer(self, labels: Labels) -> WordScorer | None:
         """The word scorer (language model) for ``labels``; ``None``: acoustics alone."""
         return None
 
-    def make_search(self, labels: Any) -> PrefixBeamSearch:
+    def make_search(self, labels: Labels) -> PrefixBeamSearch:
         """The search for ``labels`` (an :class:`~asrkit.core.labels.Labels`: characters or
         subword pieces) with this decoder's settings and scorer. The scorer's words are found
         at the labels' word marker: the space among characters, ``"▁"`` pieces among
@@ -103,7 +107,7 @@ class BeamSearchDecoder(Decoder):
             decode=getattr(labels, "decode", None),
         )
 
-    def search_for(self, labels: Any) -> PrefixBeamSearch:
+    def search_for(self, labels: Labels) -> PrefixBeamSearch:
         key = (type(labels), tuple(labels.symbols), getattr(labels, "word_marker", " "))
         search = self._searches.get(key)
         if search is None:
@@ -114,12 +118,13 @@ class BeamSearchDecoder(Decoder):
         """Post-process one utterance's hypotheses (best first); the default keeps them."""
         return hypotheses
 
-    def decode(self, logits: Any, lengths: Any, labels: Any) -> list[str]:
+    def decode(self, logits: np.ndarray, lengths: np.ndarray | None,
+               labels: Labels) -> list[str]:
         """The best transcript of each utterance of ``logits [batch, time, classes]``."""
         return [best[0].text if best else ""
                 for best in self.decode_nbest(logits, lengths, labels, 1)]
 
-    def decode_nbest(self, logits: Any, lengths: Any, labels: Any,
+    def decode_nbest(self, logits: np.ndarray, lengths: np.ndarray | None, labels: Labels,
                      n: int | None = None) -> list[list[Hypothesis]]:
         """Up to ``n`` hypotheses per utterance (default: the whole final beam), best first,
         each with its total, acoustic and language-model log scores."""
@@ -160,5 +165,5 @@ class BeamDecoder(BeamSearchDecoder):
 
 
 @hookimpl
-def register_decoders(register: Any) -> None:
+def register_decoders(register: Register) -> None:
     register(BeamDecoder())

@@ -4,17 +4,23 @@ is the labels' ``decode`` of the path: characters joined, or subword pieces read
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from asrkit import hookimpl
 from asrkit.types import Decoder
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from asrkit.core.labels import Labels
+    from asrkit.hookspecs import Register
 
 
 class GreedyDecoder(Decoder):
     name = "greedy"
     description = "Best-path CTC decoding: argmax per frame, repeats merged, blanks removed."
 
-    def decode(self, logits: Any, lengths: Any, labels: Any) -> list[str]:
+    def decode(self, logits: np.ndarray, lengths: np.ndarray, labels: Labels) -> list[str]:
         import numpy as np
 
         best = np.argmax(np.asarray(logits), axis=-1)
@@ -27,5 +33,5 @@ class GreedyDecoder(Decoder):
 
 
 @hookimpl
-def register_decoders(register: Any) -> None:
+def register_decoders(register: Register) -> None:
     register(GreedyDecoder())

@@ -14,12 +14,15 @@ seeded, so a failure repeats.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from asrkit.core.labels import LabelError
+from asrkit.core.labels import LabelError, Labels
 from asrkit.core.settings import format_value, override
 from asrkit.core.text import Alphabet
 from asrkit.types import Decoder
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["check_batch_matches_single", "check_decoder", "check_empty_input",
            "check_peaked_input", "check_settings_round_trip"]
@@ -31,7 +34,7 @@ PEAK = 30.0
 TEXT = "the cat's tall"
 
 
-def check_decoder(decoder: Any, alphabet: Any = None, text: str = TEXT) -> None:
+def check_decoder(decoder: Decoder, alphabet: Labels | None = None, text: str = TEXT) -> None:
     """Every contract check on ``decoder`` (default labels: asrkit's English alphabet; any
     :class:`~asrkit.core.labels.Labels`, subword pieces too). ``text`` is what the peaked logits
     spell (it must be the labels' ``decode`` of its own encoding, e.g. single spaces); give a
@@ -43,7 +46,7 @@ def check_decoder(decoder: Any, alphabet: Any = None, text: str = TEXT) -> None:
     check_batch_matches_single(decoder, alphabet, text)
 
 
-def check_settings_round_trip(decoder: Any) -> None:
+def check_settings_round_trip(decoder: Decoder) -> None:
     """``Config`` is a dataclass and ``config`` one of it; every setting, written as the command
     line writes it, parses back to the same ``Config``; ``with_config(config)`` returns a new
     decoder of the same kind using it, and leaves ``decoder`` as it was."""
@@ -71,7 +74,7 @@ def check_settings_round_trip(decoder: Any) -> None:
         raise AssertionError(f"{decoder.name}: with_config changed the decoder it was called on")
 
 
-def check_peaked_input(decoder: Any, alphabet: Any = None, text: str = TEXT) -> None:
+def check_peaked_input(decoder: Decoder, alphabet: Labels | None = None, text: str = TEXT) -> None:
     """On peaked (one-hot-like) logits spelling ``text`` the decoder gives the best path: the
     text itself, for each utterance of a batch of two."""
     import numpy as np
@@ -90,7 +93,7 @@ def check_peaked_input(decoder: Any, alphabet: Any = None, text: str = TEXT) -> 
                              f"path is {expected!r}")
 
 
-def check_empty_input(decoder: Any, alphabet: Any = None) -> None:
+def check_empty_input(decoder: Decoder, alphabet: Labels | None = None) -> None:
     """Blank-only logits, utterances of length 0 and logits without frames all decode to
     ``""``, one text per utterance."""
     import numpy as np
@@ -112,7 +115,8 @@ def check_empty_input(decoder: Any, alphabet: Any = None) -> None:
             raise AssertionError(f"{decoder.name}: {what} decoded as {got!r}, not ['', '']")
 
 
-def check_batch_matches_single(decoder: Any, alphabet: Any = None, text: str = TEXT) -> None:
+def check_batch_matches_single(decoder: Decoder, alphabet: Labels | None = None,
+                               text: str = TEXT) -> None:
     """A batch of utterances of different lengths (padded with noise) decodes as each
     utterance alone: padding and neighbours change nothing."""
     import numpy as np
@@ -134,8 +138,8 @@ def check_batch_matches_single(decoder: Any, alphabet: Any = None, text: str = T
                              f"alone as {alone!r}")
 
 
-def peaked_logits(alphabet: Any, text: str, peak: float = PEAK,
-                  rng: Any = None) -> Any:
+def peaked_logits(alphabet: Labels, text: str, peak: float = PEAK,
+                  rng: np.random.Generator | None = None) -> np.ndarray:
     """Logits ``[1, frames, classes]`` spelling ``text``: a frame for each label of
     ``alphabet.encode(text)`` (a character, or a subword piece), then a blank frame; the
     intended class ``peak`` above the others (plus noise from ``rng``). A character the labels
@@ -158,7 +162,7 @@ def peaked_logits(alphabet: Any, text: str, peak: float = PEAK,
     return frames[None]
 
 
-def best_path(logits: Any, lengths: Any, alphabet: Any) -> list[str]:
+def best_path(logits: np.ndarray, lengths: np.ndarray, alphabet: Labels) -> list[str]:
     """Greedy CTC decoding, the reference of :func:`check_peaked_input`."""
     import numpy as np
 
@@ -170,7 +174,7 @@ def best_path(logits: Any, lengths: Any, alphabet: Any) -> list[str]:
     return texts
 
 
-def _alphabet(alphabet: Any) -> Any:
+def _alphabet(alphabet: Labels | None) -> Labels:
     if alphabet is not None:
         return alphabet
     return Alphabet()

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asrkit.core.frames import Framing
 from asrkit.types import FeatureConfig, FeatureExtractor
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: ``extract_batch`` against ``extract``: batched kernels may add in another order.
 BATCH_ATOL = 1e-3
@@ -41,7 +44,7 @@ def contract_lengths(framing: Framing) -> list[int]:
     return sorted({n for n in edges if n >= 1})
 
 
-def _audio(num_samples: int, seed: int, silent: bool = False) -> Any:
+def _audio(num_samples: int, seed: int, silent: bool = False) -> np.ndarray:
     """float32 audio in [-1, 1]: a 440 Hz tone in noise (or silence)."""
     import numpy as np
 

@@ -31,7 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asrkit import cli, plugins
 from asrkit.config.overrides import parse_overrides
@@ -49,6 +49,10 @@ from asrkit.serving.transcribe import load_audio
 from asrkit.train.checkpoints import Checkpoints
 from asrkit.train.precision import policy
 from asrkit.types import ModelSpec
+
+if TYPE_CHECKING:
+    import keras
+    import numpy as np
 
 #: Largest logit difference allowed between an utterance alone and in a padded batch: float32
 #: kernels on batches of other shapes add in another order (about 1e-6 of the logits' size).
@@ -92,7 +96,7 @@ class ContractReport:
 
 
 def build_model(spec: ModelSpec, config: Any, num_features: int,
-                num_classes: int = NUM_CLASSES, seed: int = 0) -> Any:
+                num_classes: int = NUM_CLASSES, seed: int = 0) -> keras.Model:
     """``spec.build`` with every initialiser seeded (the same weights for the same seed)."""
     import keras
 
@@ -100,7 +104,7 @@ def build_model(spec: ModelSpec, config: Any, num_features: int,
     return spec.build(config, num_features, num_classes)
 
 
-def _logits(model: Any, features: Any, lengths: Sequence[int]) -> Any:
+def _logits(model: keras.Model, features: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
     """The model called as the engine calls it, logits as float32 numpy."""
     import numpy as np
     import tensorflow as tf
@@ -112,7 +116,7 @@ def _logits(model: Any, features: Any, lengths: Sequence[int]) -> Any:
 
 def check_output_lengths(spec: ModelSpec, config: Any, num_features: int,
                          num_classes: int = NUM_CLASSES, seed: int = 0,
-                         model: Any = None) -> int:
+                         model: keras.Model | None = None) -> int:
     """``time_stride`` is a positive int, ``output_length(n) == ceil(n / time_stride)`` for
     Python ints and int32 tensors, and the model gives exactly that many frames of
     ``num_classes`` logits for utterances from one frame long, alone and padded. Returns the
@@ -155,7 +159,8 @@ def check_output_lengths(spec: ModelSpec, config: Any, num_features: int,
 def check_padding(spec: ModelSpec, config: Any, num_features: int,
                   num_classes: int = NUM_CLASSES, seed: int = 0,
                   lengths: Sequence[int] = PADDING_LENGTHS,
-                  tolerance: float = PADDING_TOLERANCE, model: Any = None) -> float:
+                  tolerance: float = PADDING_TOLERANCE,
+                  model: keras.Model | None = None) -> float:
     """Each utterance's valid logits (its first ``output_length`` frames) are the same alone and
     inside padded batches, whatever the padding holds: it is filled with noise, and the batch is
     padded twice (to the longest utterance, and a few frames further). Returns the largest
@@ -274,7 +279,8 @@ def check_training(model: str, folder: Path, dataset: str | Path, settings: Sequ
 
 
 def check_export(folder: Path, formats: Sequence[str] = ("savedmodel", "tflite"),
-                 audio: Any = None, tolerance: float = EXPORT_TOLERANCE) -> dict[str, float]:
+                 audio: np.ndarray | None = None,
+                 tolerance: float = EXPORT_TOLERANCE) -> dict[str, float]:
     """Export the run in ``folder`` in each of ``formats`` (as ``asrkit export`` does) and
     compare the export's logits on real speech (``audio``, default :data:`SAMPLE_CLIP`) with
     the Keras model's, called eagerly. Returns the largest difference per format."""

@@ -38,7 +38,7 @@ UNKNOWN_CANDIDATES = "éßж0#qzxj"
 GARBAGE = b"\x00\xff\xfe not a tokenizer file \x80\n\x00\x01"
 
 
-def check_tokenizer(tokenizer: Any, texts: Sequence[str] | None = None,
+def check_tokenizer(tokenizer: Tokenizer, texts: Sequence[str] | None = None,
                     config: Any = None) -> None:
     """Every contract check on ``tokenizer``, built from ``texts`` (normalised transcripts;
     default :func:`sample_texts`) with ``config`` (default: its ``Config()``)."""
@@ -54,7 +54,7 @@ def check_tokenizer(tokenizer: Any, texts: Sequence[str] | None = None,
     check_deterministic_build(tokenizer, texts, config)
 
 
-def check_tokenizer_declaration(tokenizer: Any, config: Any = None) -> None:
+def check_tokenizer_declaration(tokenizer: Tokenizer, config: Any = None) -> None:
     """``name`` is a registrable name, ``description`` a line, ``suffix`` a file ending (``.``
     and more); ``Config`` is a frozen dataclass with a default for every setting, ``config``
     (if given) one of it, and each of its settings, written as the command line writes it,
@@ -95,8 +95,8 @@ def check_tokenizer_declaration(tokenizer: Any, config: Any = None) -> None:
                                  f"{getattr(config, field.name)!r}")
 
 
-def check_build_and_load(tokenizer: Any, texts: Sequence[str] | None = None,
-                         config: Any = None) -> Any:
+def check_build_and_load(tokenizer: Tokenizer, texts: Sequence[str] | None = None,
+                         config: Any = None) -> Labels:
     """``build`` writes exactly one file, at the path it is given (``tokenizer<suffix>``), and
     nothing beside it (no side files, no temporary files left); ``load`` of it gives
     :class:`~asrkit.core.labels.Labels` that keep working after the file is gone (a run reads the
@@ -128,7 +128,7 @@ def check_build_and_load(tokenizer: Any, texts: Sequence[str] | None = None,
     return labels
 
 
-def check_symbols(labels: Any) -> None:
+def check_symbols(labels: Labels) -> None:
     """``symbols`` is a tuple of distinct non-empty strings; ``size`` is their number,
     ``num_classes`` one more and ``blank`` the last class; ``word_marker`` a non-empty
     string."""
@@ -153,7 +153,7 @@ def check_symbols(labels: Any) -> None:
                              f"{labels.word_marker!r}")
 
 
-def check_round_trip(labels: Any, texts: Sequence[str] | None = None) -> None:
+def check_round_trip(labels: Labels, texts: Sequence[str] | None = None) -> None:
     """``decode(encode(text)) == text`` for every text the labels were built from and for
     held-out texts of the same characters (:func:`held_out_texts`); ``encode`` gives labels of
     symbols (never the blank)."""
@@ -171,7 +171,7 @@ def check_round_trip(labels: Any, texts: Sequence[str] | None = None) -> None:
                                  "must give the normalised text back exactly")
 
 
-def check_word_boundaries(labels: Any, texts: Sequence[str] | None = None) -> None:
+def check_word_boundaries(labels: Labels, texts: Sequence[str] | None = None) -> None:
     """``starts_word`` and ``body`` agree with ``decode``: the words spelled by starting a word
     at each label that ``starts_word`` and adding each label's ``body`` are the words of the
     decoded text (the beam search's language model and word times find words that way)."""
@@ -193,7 +193,7 @@ def check_word_boundaries(labels: Any, texts: Sequence[str] | None = None) -> No
                 "start a word, and body must be the rest of the symbol")
 
 
-def check_unknown_character(labels: Any, texts: Sequence[str] | None = None) -> None:
+def check_unknown_character(labels: Labels, texts: Sequence[str] | None = None) -> None:
     """A character none of the texts holds cannot be spelt: ``encode`` raises
     :class:`~asrkit.core.labels.LabelError` naming it and the utterance, and ``missing`` names it
     (a run checks its dataset's alphabet with ``missing`` before it starts). ``missing`` of the
@@ -231,7 +231,7 @@ def check_unknown_character(labels: Any, texts: Sequence[str] | None = None) -> 
                                  f"{labels.missing(known_text)!r}, a text it was built from")
 
 
-def check_symbols_decode(labels: Any, texts: Sequence[str] | None = None) -> None:
+def check_symbols_decode(labels: Labels, texts: Sequence[str] | None = None) -> None:
     """Decoding needs nothing but ``symbols`` and ``word_marker``: labels read back from
     ``to_json()`` (what an export's ``asrkit.json`` holds) decode every encoded text as the
     labels themselves do."""
@@ -254,7 +254,7 @@ def check_symbols_decode(labels: Any, texts: Sequence[str] | None = None) -> Non
                 "search read only symbols and word_marker, so decode must follow from them")
 
 
-def check_load_refuses_garbage(tokenizer: Any) -> None:
+def check_load_refuses_garbage(tokenizer: Tokenizer) -> None:
     """``load`` of a file with the right suffix that is not one of the tokenizer's raises
     :class:`~asrkit.core.errors.AsrkitError` in one line (a user named the wrong file)."""
     with tempfile.TemporaryDirectory() as folder:
@@ -275,7 +275,7 @@ def check_load_refuses_garbage(tokenizer: Any) -> None:
                          "file that is not the tokenizer's with asrkit.api.AsrkitError")
 
 
-def check_deterministic_build(tokenizer: Any, texts: Sequence[str] | None = None,
+def check_deterministic_build(tokenizer: Tokenizer, texts: Sequence[str] | None = None,
                               config: Any = None) -> None:
     """Building twice from the same texts and settings gives equal labels: the same symbols,
     word marker, fingerprint and encoding of every text (a run's tokenizer can be rebuilt, and

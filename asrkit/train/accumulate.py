@@ -37,7 +37,8 @@ class AccumulatingStep:
 
     def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model,
                  optimizer: keras.optimizers.LossScaleOptimizer, spec: ModelSpec,
-                 model_config: Any, steps: int, element_spec: Any = None,
+                 model_config: Any, steps: int,
+                 element_spec: dict[str, tf.TensorSpec] | None = None,
                  clip_norm: float = 0.0) -> None:
         import tensorflow as tf
 

@@ -21,10 +21,13 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asrkit.core.errors import AsrkitError
 from asrkit.core.files import sync_folder, write_durable
+
+if TYPE_CHECKING:
+    import keras
 
 KINDS = ("latest", "best")
 #: A checkpoint ``asrkit average`` writes (:mod:`asrkit.evaluation.average`); never a fallback of
@@ -234,7 +237,7 @@ class Checkpoints:
                 path.unlink(missing_ok=True)
 
 
-def untracked_weights(model: Any) -> list[str]:
+def untracked_weights(model: keras.Model) -> list[str]:
     """Paths of the model's weights that a ``tf.train.Checkpoint`` of it would not save.
 
     Keras 3 tracks layers held in a plain Python list for itself, but TensorFlow's object graph

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
 
 
-def shadow_of(model: Any) -> Any:
+def shadow_of(model: keras.Model) -> tf.Module:
     """A trackable holding one float variable per trainable weight of ``model``, initialised to
     it (created in the current ``tf.distribute`` scope): the checkpoint's ``ema``."""
     import tensorflow as tf
@@ -36,7 +40,7 @@ def shadow_of(model: Any) -> Any:
 class WeightAverage:
     """The shadow weights of ``model`` and the operations on them."""
 
-    def __init__(self, strategy: Any, model: Any, decay: float) -> None:
+    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, decay: float) -> None:
         import tensorflow as tf
 
         self.decay = decay
@@ -74,7 +78,7 @@ class WeightAverage:
                 weight.assign(value)
 
 
-def load_averaged(model: Any, trackable: Any, state: dict[str, Any]) -> bool:
+def load_averaged(model: keras.Model, trackable: tf.Module, state: dict[str, Any]) -> bool:
     """Put the shadow weights read into ``trackable`` (:func:`shadow_of`) into ``model`` when
     the checkpoint whose ``state`` this is holds them; whether it did."""
     if int(state.get("ema_from_step", -1)) < 0:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from asrkit.config.overrides import Overrides, Setting
 from asrkit.config.run import typed_settings
@@ -28,6 +28,9 @@ from asrkit.core.errors import AsrkitError
 from asrkit.core.settings import to_dict
 from asrkit.runs.run import Run, load_run
 from asrkit.train.checkpoints import KINDS, Checkpoints
+
+if TYPE_CHECKING:
+    import keras
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,12 @@ def source_settings(source: Run) -> Overrides:
             + typed_settings("features", source.feature_config))
 
 
-def layer_weights(model: Any) -> dict[str, Any]:
+def layer_weights(model: keras.Model) -> dict[str, keras.Layer]:
     """The model's layers that hold weights, by name, in the model's order."""
     return {layer.name: layer for layer in model.layers if layer.weights}
 
 
-def check_layer_names(model: Any, names: Iterable[str], setting: str) -> None:
+def check_layer_names(model: keras.Model, names: Iterable[str], setting: str) -> None:
     """One line listing the model's layers when ``names`` holds another name."""
     known = layer_weights(model)
     unknown = [name for name in names if name not in known]
@@ -89,12 +92,12 @@ def check_layer_names(model: Any, names: Iterable[str], setting: str) -> None:
                           f"{', '.join(known)}")
 
 
-def _shapes(model: Any) -> dict[str, list[tuple[int, ...]]]:
+def _shapes(model: keras.Model) -> dict[str, list[tuple[int, ...]]]:
     return {name: [tuple(w.shape) for w in layer.weights]
             for name, layer in layer_weights(model).items()}
 
 
-def _build(run: Run, num_classes: int) -> Any:
+def _build(run: Run, num_classes: int) -> keras.Model:
     return run.spec.build(run.model_config, run.num_features(), num_classes)
 
 
@@ -132,8 +135,9 @@ def prepare(run: Run, source_run: Run, source: InitSource) -> tuple[Run, str]:
     return replace(run, config=replace(run.config, train=train)), note
 
 
-def _differences(source_run: Run, run: Run, layer: str, theirs: dict[str, Any],
-                 mine: dict[str, Any]) -> str:
+def _differences(source_run: Run, run: Run, layer: str,
+                 theirs: dict[str, list[tuple[int, ...]]],
+                 mine: dict[str, list[tuple[int, ...]]]) -> str:
     """The model and feature settings that differ, else the first layer's shapes."""
 
     found = []
@@ -145,7 +149,7 @@ def _differences(source_run: Run, run: Run, layer: str, theirs: dict[str, Any],
     return "; ".join(found) or f"layer {layer}: {theirs.get(layer)} there, {mine.get(layer)} here"
 
 
-def freeze(model: Any, names: Iterable[str]) -> None:
+def freeze(model: keras.Model, names: Iterable[str]) -> None:
     """Make the named layers untrainable (before the optimiser is built)."""
     names = list(names)
     check_layer_names(model, names, "freeze")
@@ -154,7 +158,7 @@ def freeze(model: Any, names: Iterable[str]) -> None:
         layers[name].trainable = False
 
 
-def initialise(model: Any, init_from: str, reset: Iterable[str]) -> str:
+def initialise(model: keras.Model, init_from: str, reset: Iterable[str]) -> str:
     """Copy the weights of ``init_from`` (``RUN:kind``) into ``model``, all layers but the
     ``reset`` ones; return a line saying what was loaded."""
     name, _, kind = init_from.rpartition(":")

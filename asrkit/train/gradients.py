@@ -11,10 +11,15 @@ nothing. On one replica, or without clipping, the optimiser is used as it is.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
 
 
-def apply_gradients(optimizer: Any, gradients: list[Any], variables: list[Any],
+def apply_gradients(optimizer: keras.optimizers.Optimizer, gradients: list[tf.Tensor | None],
+                    variables: list[keras.Variable],
                     clip_norm: float) -> None:
     """Apply per-replica ``gradients`` (of the loss scaled by the optimiser's loss scale) to
     ``variables`` in a replica context, clipping their sum over replicas to ``clip_norm``."""

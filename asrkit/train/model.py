@@ -116,7 +116,7 @@ class TrainedModel:
         if self.ema:
             self.ema.reset()
 
-    def compile_step(self, element_spec: Any) -> TrainStep | AccumulatingStep:
+    def compile_step(self, element_spec: dict[str, tf.TensorSpec]) -> TrainStep | AccumulatingStep:
         """The train step for batches of ``element_spec``, compiled once per build: with
         ``accumulate_steps``, one that gathers micro-batches."""
         config = self.config

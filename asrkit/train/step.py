@@ -74,7 +74,7 @@ def forward_and_loss(
 
 def make_train_step(strategy: tf.distribute.Strategy, model: keras.Model,
                     optimizer: keras.optimizers.LossScaleOptimizer, spec: ModelSpec,
-                    model_config: Any, element_spec: Any = None,
+                    model_config: Any, element_spec: dict[str, tf.TensorSpec] | None = None,
                     clip_norm: float = 0.0) -> Callable[[Batch], tf.Tensor]:
     """A compiled distributed step: a batch in, the per-utterance losses of all replicas out
     (infinite for an utterance CTC cannot align: :func:`forward_and_loss`)."""

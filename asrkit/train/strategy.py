@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asrkit.core.errors import AsrkitError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 #: Job names that run training steps in a ``MultiWorkerMirroredStrategy`` cluster.
 TRAINING_JOBS = ("chief", "worker")
@@ -123,7 +126,7 @@ def _bound_joining(timeout_seconds: float) -> None:
             service.coordinated_job_list.add(name=job, num_tasks=len(cluster[job]))
 
 
-def uses_gpus(strategy: Any) -> bool:
+def uses_gpus(strategy: tf.distribute.Strategy) -> bool:
     """Whether the strategy's towers on this worker are GPUs (TensorFlow's default strategy,
     which has no device list, places on the first GPU when there is one)."""
     import tensorflow as tf
@@ -135,7 +138,7 @@ def uses_gpus(strategy: Any) -> bool:
     return any(":GPU:" in device.upper() for device in devices)
 
 
-def make_strategy(devices: str = "", timeout_seconds: float = 300.0) -> Any:
+def make_strategy(devices: str = "", timeout_seconds: float = 300.0) -> tf.distribute.Strategy:
     """``""``: every visible GPU (one replica each), else the CPU; ``"cpu"``: the CPU;
     ``"0,1"``: those GPUs; ``"/cpu:0,/cpu:1"``: explicit device names (tests use logical CPUs).
     With a multi-worker ``TF_CONFIG``, a ``MultiWorkerMirroredStrategy`` over all workers, which
