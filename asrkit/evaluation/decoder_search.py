@@ -141,8 +141,8 @@ def search_decoder(folder: str | Path, split: str, grid: dict[str, list[str]],
                            grid, checkpoint=loaded.checkpoint)
     bar = tqdm(zip(combinations, decoders, strict=True), total=len(decoders),
                desc=f"search {split}", unit="setting", disable=not progress, leave=False)
-    for point, decoder in bar:
-        evaluation = decode_outputs(outputs, decoder, loaded.run.labels, split, progress=False)
+    for point, candidate in bar:
+        evaluation = decode_outputs(outputs, candidate, loaded.run.labels, split, progress=False)
         search.points.append(SearchPoint(point, evaluation.wer, evaluation.cer))
         best = search.best
         bar.set_postfix_str(f"best WER {best.wer:.1%} CER {best.cer:.1%}")
