@@ -64,7 +64,7 @@ def test_only_absl_lines_below_the_level_are_hidden(tmp_path):
         os.write(2, b"E0000 00:00:1796074007.083390    4684 platform.cc:52] an error\\n")
         warnings.warn("a Python warning")
     """))
-    code = ("import sys; from asrkit import tflog; tflog.install(int(sys.argv[1])); "
+    code = ("import sys; from asrkit.core import tflog; tflog.install(int(sys.argv[1])); "
             "import tensorflow; print('imported', file=sys.stderr)")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
 

@@ -263,7 +263,7 @@ def test_settings_are_a_core_module_without_a_cycle():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
-    imported = [line for line in (ROOT / "asrkit" / "settings.py").read_text().splitlines()
+    imported = [line for line in (ROOT / "asrkit" / "core" / "settings.py").read_text().splitlines()
                 if line.startswith(("import asrkit", "from asrkit"))]
     assert imported == ["from asrkit.core.errors import AsrkitError"]
 
