@@ -29,7 +29,8 @@ from asrkit.decoders import beam as beam_module
 from asrkit.decoders import greedy as greedy_module
 from asrkit.decoders.beam import BeamConfig, BeamDecoder
 from asrkit.decoders.greedy import GreedyDecoder
-from asrkit.decoders.prefix import PrefixBeamSearch, WordScorer, log_softmax
+from asrkit.decoders.prefix import PrefixBeamSearch, log_softmax
+from asrkit.decoders.scoring import WordScorer
 from tests.conftest import ROOT, pip_install, run_asrkit
 
 KENLM_PLUGIN = ROOT / "plugins" / "asrkit-decoder-kenlm"

@@ -48,7 +48,7 @@ import numpy as np
 
 from asrkit.decoders.scoring import Hypothesis, WordScorer
 
-__all__ = ["Hypothesis", "PrefixBeamSearch", "WordScorer", "log_softmax"]
+__all__ = ["PrefixBeamSearch", "log_softmax"]
 
 # Prefix identity: hash(child) = hash(parent) * _MULT + label + 1 (mod 2**64). Two different
 # prefixes in one utterance share a hash with probability ~ prefixes**2 / 2**65: never in practice.

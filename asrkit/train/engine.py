@@ -33,7 +33,7 @@ from asrkit.pipeline.batches import PaddingMeter
 from asrkit.runs.scoring import Evaluation
 from asrkit.train.clock import RunClock
 from asrkit.train.evaluations import DevEvaluations, SplitScorer
-from asrkit.train.failures import finite_mask, stop_on_interrupt
+from asrkit.train.failures import stop_on_interrupt
 from asrkit.train.finetune import initialise
 from asrkit.train.growth import Growth, saved_model_config
 from asrkit.train.loop import StepLoop, estimated_steps_per_epoch, stop_at_max_steps
@@ -41,19 +41,13 @@ from asrkit.train.model import TrainedModel, seed_everything
 from asrkit.train.precision import choose_precision
 from asrkit.train.progress import RunProgress
 from asrkit.train.records import RunRecords
-from asrkit.train.report import TOO_SHORT_NAMED, final_report, too_short, warn_too_short
+from asrkit.train.report import final_report, warn_too_short
 from asrkit.train.schedules import Schedule
 from asrkit.train.state import LoopState
-from asrkit.train.step import make_optimizer, make_train_step
 from asrkit.train.strategy import is_chief, make_strategy, uses_gpus
 
 if TYPE_CHECKING:  # the engine is given a run; loading and saving runs is asrkit.runs.run's
     from asrkit.runs.run import Run
-
-#: Names that callers import from here, which live in the modules above.
-__all__ = ["TOO_SHORT_NAMED", "LoopState", "Trainer", "finite_mask", "make_optimizer",
-           "make_train_step", "seed_everything", "too_short"]
-
 
 class Trainer:
     """Trains one run (new or resumed) to the end, writing everything into its folder."""
