@@ -253,6 +253,27 @@ def test_cache_gives_the_same_batches(corpus: Corpus, tmp_path: Path) -> None:
     assert sorted(epoch_ids(memory)) == sorted(epoch_ids(memory)) == corpus.ids
 
 
+def test_a_cache_is_never_read_for_other_data_or_another_share(corpus: Corpus,
+                                                              tmp_path: Path) -> None:
+    """One cache folder for two datasets (the same split, features and labels), and for one
+    and two workers: each reads its own utterances, never the other's cached features."""
+    cache = tmp_path / "cache"
+    config = replace(TRAIN.for_evaluation(), cache=str(cache))
+    other = tmp_path / "other"
+    few = corpus.ids[:3]
+    write_dataset(other, [(u, corpus.audio[u], corpus.transcripts[u]) for u in few], 1)
+    assert sorted(epoch_ids(make_dataset(corpus.path, "train", ALPHABET, MFCC(),
+                                         config=config))) == corpus.ids
+    assert sorted(epoch_ids(make_dataset(other, "train", ALPHABET, MFCC(),
+                                         config=config))) == sorted(few)
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0,
+                                         num_replicas_in_sync=2)
+    half = epoch_ids(make_dataset(corpus.path, "train", ALPHABET, MFCC(), config=config,
+                                  input_context=context))
+    assert 0 < len(half) < len(corpus.ids)
+    assert len({path.name.split(".")[0] for path in cache.iterdir()}) == 3
+
+
 def test_context_and_logmel_options(corpus: Corpus) -> None:
     with_context = make_dataset(
         corpus.path, "train", ALPHABET, MFCC(), config=replace(TRAIN, context=9)

@@ -288,7 +288,8 @@ def make_dataset(
         )
     edges, batch_sizes = batch_plan(dataset_dir, split, config)
     pipelines, index = _pipeline_share(input_context)
-    cache_name = _cache_name(split, extractor, feature_config, labels, config, index)
+    cache_name = _cache_name(split, files, extractor, feature_config, labels, config, pipelines,
+                             index)
     calls = {"num_parallel_calls": config.parallel_calls, "deterministic": config.deterministic}
 
     dataset = _records(files, config, pipelines, index, seed)
@@ -502,17 +503,27 @@ def _python_encoder(labels: Labels) -> Callable[[tf.Tensor, tf.Tensor], tf.Tenso
 
 def _cache_name(
     split: str,
+    files: Sequence[str],
     extractor: FeatureExtractor,
     feature_config: FeatureConfig,
     labels: Labels,
     config: PipelineConfig,
+    pipelines: int,
     index: int,
 ) -> str:
-    """A cache file name that changes with everything the cached values depend on, so a stale
-    cache (other features, labels or augmentation) is never read. Character labels keep the
-    key they always had, so that caches written before tokenizers existed stay valid."""
+    """A cache file name that changes with everything the cached values depend on, so that a
+    cache written from other data is never read: the split's shard files (each one's resolved
+    path, size and modification time: another dataset, or the same one imported again), the
+    features, the labels, whether the audio is cached before augmentation, and this input
+    pipeline's share of the files (``index`` of ``pipelines``: one worker's cache is not
+    another's half)."""
     identity = labels.symbols if isinstance(labels, Alphabet) else labels.fingerprint()
-    key = repr((extractor.name, feature_config, identity, config.audio_augment))
+    shards = []
+    for name in files:
+        status = Path(name).stat()
+        shards.append((str(Path(name).resolve()), status.st_size, status.st_mtime_ns))
+    key = repr((extractor.name, feature_config, identity, config.audio_augment, shards,
+                pipelines))
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     return f"{split}-{extractor.name}-{digest}-{index}"
 
