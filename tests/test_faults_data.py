@@ -172,6 +172,26 @@ def test_links_never_leave_the_corpus_folder(asrkit_cli, asrkit_home, tmp_path, 
     assert report["skipped"]["link leaves the folder"]["files"] == ["toy/b.wav"]
 
 
+def test_a_file_name_that_is_not_utf8_is_skipped_and_named(asrkit_cli, asrkit_home, tmp_path):
+    """``caf\\xe9.wav`` (Latin-1 bytes, as an old archive or another system left it) is listed
+    as skipped with its bytes escaped; the other recordings import, and so do reruns."""
+    root = tmp_path / "odd"
+    recording(root, "a")
+    recording(root / "sub", "b", "spk2_snt1")
+    odd = os.fsencode(root) + b"/caf\xe9"
+    shutil.copyfile(CLIPS["spk1_snt1"].path, odd + b".wav")
+    Path(os.fsdecode(odd + b".txt")).write_text(CLIPS["spk1_snt1"].transcript)
+    os.mkdir(os.fsencode(root) + b"/d\xe9j\xe0")
+    shutil.copyfile(CLIPS["spk1_snt1"].path, os.fsencode(root) + b"/d\xe9j\xe0/c.wav")
+    for _ in range(2):
+        result = asrkit_cli(corpora.import_args("folder", root))
+        assert result.exit_code == 0, result.stderr
+    report = report_of(asrkit_home / "datasets" / "odd")
+    assert report["total"]["utterances"] == 2
+    assert report["skipped"]["name not in UTF-8 (rename the file to import it)"]["files"] == [
+        "caf\\xe9.txt", "caf\\xe9.wav", "d\\xe9j\\xe0"]
+
+
 def test_dangling_links_and_fifos_are_skipped(tmp_path):
     """As git-annex and DVC leave them, and a named pipe that would block any reader."""
     root = tmp_path / "annexed"

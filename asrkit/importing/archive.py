@@ -42,6 +42,7 @@ LEAVES = "link leaves the folder"
 LOOP = "link loop"
 SPECIAL = "special file (pipe, socket or device)"
 UNREADABLE = "unreadable file"
+NOT_UTF8 = "name not in UTF-8 (rename the file to import it)"
 
 
 class UnsafeArchiveError(AsrkitError):
@@ -254,6 +255,9 @@ def _walk_dir(root: Path, folder: Path, prefix: str, chain: tuple[Path, ...],
     for entry in entries:
         name = prefix + entry.name
         path = Path(entry.path)
+        if not _is_utf8(entry.name):  # ids, listings and reports are UTF-8 text
+            skipped[_shown_name(name)] = NOT_UTF8
+            continue
         if entry.is_symlink():
             target = Path(os.path.realpath(path))
             if target != root and root not in target.parents:
@@ -293,6 +297,21 @@ def _walk_dir(root: Path, folder: Path, prefix: str, chain: tuple[Path, ...],
             seen.add((info.st_dev, info.st_ino))
             first[(info.st_dev, info.st_ino)] = name
             yield name, _file_reader(path), None, info.st_size
+
+
+def _is_utf8(name: str) -> bool:
+    """Whether a file name the system gave is UTF-8 (Python decodes other bytes to surrogate
+    characters, which no UTF-8 text can hold)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown_name(name: str) -> str:
+    """``caf\\xe9.wav``: a file name with its undecodable bytes written as escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _file_reader(path: Path) -> Callable[[], bytes]:
