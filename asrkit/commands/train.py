@@ -58,7 +58,8 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
     """Train a model on an imported dataset (CTC; every GPU as a tower, else the CPU).
 
     A killed run continues exactly where it stopped with `asrkit train --resume RUN`, or by
-    running the same command again.
+    running the same command again with the same --run-dir (without one, a new run folder is
+    made).
     """
     import contextlib
 
