@@ -264,3 +264,37 @@ def test_a_lock_left_by_another_host_is_not_taken_over(tmp_path):
     with pytest.raises(AsrkitError, match=refused), folder_lock(folder, "training"):
         pass
     assert lock_path(folder).exists()
+
+
+def test_a_link_to_a_locked_folder_finds_the_same_lock(tmp_path):
+    """`train --resume runs/x` and `train --resume link-to-x` must not both run (each would
+    delete the other's checkpoints): the lock is taken on the folder's real path."""
+    from asrkit.core.errors import AsrkitError
+    from asrkit.core.locks import folder_lock, lock_held
+
+    real = tmp_path / "runs" / "x"
+    real.mkdir(parents=True)
+    link = tmp_path / "link-to-x"
+    link.symlink_to(real)
+    (tmp_path / "linked-runs").symlink_to(tmp_path / "runs")
+    with folder_lock(real, "training"):
+        assert lock_held(link)
+        for other in (link, tmp_path / "linked-runs" / "x"):
+            with pytest.raises(AsrkitError, match="is in use by another training"), \
+                    folder_lock(other, "training"):
+                pass
+    assert not lock_held(link)
+
+
+def test_an_absurdly_nested_checkpoint_pointer_is_a_damaged_one(tmp_path):
+    """A pointer of deeply nested JSON raised an uncaught RecursionError; it is damaged, like
+    any pointer that is not one, and the other kind is used."""
+    from asrkit.train.checkpoints import Checkpoints
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for name in ("latest.json", "best.json", "history.json"):
+        (folder / name).write_text("[" * 200_000)
+    checkpoints = Checkpoints(folder)
+    assert checkpoints.state("latest") is None and checkpoints.state("best") is None
+    assert checkpoints.history() == []

@@ -6,8 +6,9 @@ imports into one dataset folder overwrite each other's files. The writer (``asrk
 owner. Readers (``evaluate``, ``transcribe``, ``export``) take no lock: every file they read is
 replaced atomically.
 
-The lock is ``<folder>.lock``, beside the folder rather than in it, so that an import with
-``--force`` can remove the whole dataset folder while holding it. The kernel's ``flock`` on that
+The lock is ``<folder>.lock``, beside the folder (its real path, links resolved, so that a link
+to the folder finds the same lock) rather than in it, so that an import with ``--force`` can
+remove the whole dataset folder while holding it. The kernel's ``flock`` on that
 file makes taking it atomic and lets it go when its process dies, however it dies; the file
 holds the owner's pid, host, start time and command, for the message. A lock file left by a
 process of this host that died is stale: it is taken over with a warning. One left by another
@@ -33,7 +34,9 @@ from asrkit.core.errors import AsrkitError
 
 
 def lock_path(folder: str | Path) -> Path:
-    folder = Path(folder).absolute()
+    """``<folder>.lock`` beside the real folder: links resolved, so that ``runs/x`` and a link
+    to it (or a path through a linked parent) share one lock."""
+    folder = Path(folder).resolve()
     return folder.with_name(folder.name + ".lock")
 
 

@@ -134,7 +134,7 @@ class Checkpoints:
         """The kept ``latest`` checkpoints, oldest first, those whose folders are complete."""
         try:
             entries = json.loads((self.folder / HISTORY).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: absurdly nested JSON
             return []
         return [e for e in entries if isinstance(e, dict)
                 and (self.folder / str(e.get("folder")) / "ckpt.index").exists()]
@@ -148,6 +148,8 @@ class Checkpoints:
             return None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise DamagedCheckpoint(f"{pointer} is damaged ({error})") from None
+        except RecursionError:  # absurdly nested JSON, which no checkpoint pointer is
+            raise DamagedCheckpoint(f"{pointer} is damaged (nested too deeply)") from None
         name = saved.get("folder") if isinstance(saved, dict) else None
         if (not isinstance(name, str) or not name.startswith("ckpt-") or "/" in name
                 or not isinstance(saved.get("state"), dict)):
@@ -228,7 +230,7 @@ class Checkpoints:
                 keep.add(saved["folder"])
             except FileNotFoundError:
                 continue
-            except (OSError, ValueError, TypeError, KeyError):
+            except (OSError, ValueError, TypeError, KeyError, RecursionError):
                 return
         for path in self.folder.iterdir() if self.folder.is_dir() else ():
             if path.name.startswith("ckpt-") and path.name not in keep:
