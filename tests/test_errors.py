@@ -51,6 +51,13 @@ def run_failing(make_plugins, asrkit_cli, callback, *args: str):
     (["import", "sample", "--jobs", "0"], "Invalid value for '--jobs'", "asrkit import sample"),
     (["evaluate"], "Missing argument 'RUN'", "asrkit evaluate"),
     (["--bogus"], "No such option '--bogus'", "asrkit"),
+    # A duration that is not a number passed click's ranges (nan compares false with any bound).
+    (["import", "sample", "--max-duration", "nan"],
+     "Invalid value for '--max-duration': 'nan' is not a finite number", "asrkit import sample"),
+    (["transcribe", "README.md", "--model", "asrkit", "--chunk-seconds", "inf"],
+     "Invalid value for '--chunk-seconds': 'inf' is not a finite number", "asrkit transcribe"),
+    (["transcribe", "README.md", "--model", "asrkit", "--overlap-seconds", "nan"],
+     "Invalid value for '--overlap-seconds': 'nan' is not a finite number", "asrkit transcribe"),
 ])
 def test_usage_error_is_one_line_exit_2(make_plugins, asrkit_cli, args, message, where):
     plugins = make_plugins(entry_points=True)

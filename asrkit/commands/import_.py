@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from asrkit.commands.options import FiniteFloat
 from asrkit.dataset.folders import DATASET_JSON, DEFAULT_MAX_SECONDS
 from asrkit.types import Importer
 
@@ -102,7 +103,7 @@ def import_command(importer: Importer) -> click.Command:
         click.Option(["--force"], is_flag=True,
                      help="Redo the import from scratch (replaces only a dataset folder "
                           "asrkit made)."),
-        click.Option(["--max-duration"], type=click.FloatRange(min=0.1),
+        click.Option(["--max-duration"], type=FiniteFloat(min=0.1),
                      default=DEFAULT_MAX_SECONDS, show_default=True,
                      help="Skip utterances longer than this many seconds."),
         click.Option(["--alphabet"], type=click.Path(exists=True, dir_okay=False),

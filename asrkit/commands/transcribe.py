@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from asrkit.commands.options import FiniteFloat
 from asrkit.core.errors import AsrkitError
 from asrkit.runs.run import CHECKPOINTS
 
@@ -29,10 +30,10 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object a line per file: text, duration, confidence, and words "
                    "with start/end seconds and confidence.")
-@click.option("--chunk-seconds", type=click.FloatRange(min=1.0), default=20.0,
+@click.option("--chunk-seconds", type=FiniteFloat(min=1.0), default=20.0,
               show_default=True, help="Longest piece decoded at once; longer recordings are "
                                       "cut (in pauses) and stitched.")
-@click.option("--overlap-seconds", type=click.FloatRange(min=0.0), default=2.0,
+@click.option("--overlap-seconds", type=FiniteFloat(min=0.0), default=2.0,
               show_default=True, help="Audio added on each side of a piece, so that words at "
                                       "a cut are heard whole; keep it longer than the longest "
                                       "word.")
