@@ -77,11 +77,31 @@ def test_missing_file_is_not_retried(corpus_server, tmp_path):
     assert corpus_server.requested("files/corpus.tar.gz") == [None]
 
 
-def test_wrong_size_is_set_aside(corpus_server, tmp_path):
+def test_a_server_sending_more_than_the_expected_size_is_stopped(corpus_server, tmp_path):
+    """A wrong or hostile server (or a tampered http:// download) cannot fill the disk before
+    the verification: nothing past the expected size is written."""
     corpus_server.add_file("files/corpus.tar.gz", DATA, checksums=False)
-    with pytest.raises(DownloadError, match=r"is 1,048,576 bytes, expected 1,000"):
+    with pytest.raises(DownloadError, match=r"sends more than the 1,000 bytes expected.*set "
+                                            r"aside as corpus\.tar\.gz\.bad"):
         fetch(resource(corpus_server, size=1000), tmp_path, FAST)
-    assert (tmp_path / "corpus.tar.gz.bad").read_bytes() == DATA
+    assert (tmp_path / "corpus.tar.gz.bad").stat().st_size <= 1000
+    assert not (tmp_path / "corpus.tar.gz.part").exists()
+
+
+def test_a_partial_file_of_the_wrong_bytes_is_set_aside(corpus_server, tmp_path):
+    corpus_server.add_file("files/corpus.tar.gz", DATA[:1000], checksums=False)
+    with pytest.raises(DownloadError, match=r"has sha256 .*, expected .*set aside"):
+        fetch(resource(corpus_server, size=1000), tmp_path, FAST)
+    assert (tmp_path / "corpus.tar.gz.bad").read_bytes() == DATA[:1000]
+
+
+def test_a_transfer_compressed_in_transit_is_refused(corpus_server, tmp_path):
+    """requests would decode it, and the offsets of a resume would then be wrong."""
+    corpus_server.add_file("files/corpus.tar.gz", DATA)
+    corpus_server.compress("files/corpus.tar.gz")
+    with pytest.raises(DownloadError, match=r"compresses it in transit \(Content-Encoding: "
+                                            r"gzip\)"):
+        fetch(resource(corpus_server), tmp_path, FAST)
 
 
 def test_verified_file_is_not_read_again(corpus_server, tmp_path):

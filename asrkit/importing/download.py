@@ -262,6 +262,14 @@ def _download(url: str, partial: Path, size: int | None, options: DownloadOption
             _stream(url, partial, offset, size, options, hashed)
             hashed.catch_up(partial)  # a 416 (already complete) wrote nothing new
             return hashed.digest.hexdigest()
+        except _Oversized:
+            aside = partial.with_name(partial.name.removesuffix(".part") + ".bad")
+            os.replace(partial, aside)
+            raise DownloadError(
+                f"{url} sends more than the {size:,} bytes expected; the download stopped there, "
+                f"so that it cannot fill the disk, and is set aside as {aside.name}: check the "
+                "URL or --mirror"
+            ) from None
         except (requests.ConnectionError, requests.Timeout,
                 requests.exceptions.ChunkedEncodingError, _Transient) as error:
             attempt += 1
@@ -277,9 +285,15 @@ class _Transient(Exception):
     pass
 
 
+class _Oversized(Exception):
+    """The server sends more bytes than the file's expected size."""
+
+
 def _stream(url: str, partial: Path, offset: int, size: int | None,
             options: DownloadOptions, hashed: _Hash) -> None:
-    headers = {"Range": f"bytes={offset}-"} if offset else {}
+    # The file's own bytes, never re-encoded in transit: a compressed transfer is decoded by
+    # requests, which breaks both the byte offsets a resume asks for and the size cap below.
+    headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={offset}-"} if offset else {})}
     with requests.get(url, headers=headers, stream=True, timeout=options.timeout) as response:
         if response.status_code == 416 and offset:
             return  # the partial file is already complete
@@ -293,6 +307,13 @@ def _stream(url: str, partial: Path, offset: int, size: int | None,
         if response.status_code == 200 and offset:
             offset = 0  # the server ignored the Range: start again
             hashed.reset()
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise DownloadError(
+                f"downloading {url} failed: the server compresses it in transit "
+                f"(Content-Encoding: {encoding}), which breaks resuming and verification; "
+                "use another --mirror"
+            )
         length = response.headers.get("Content-Length")
         total = size if size is not None else (offset + int(length) if length else None)
         mode = "ab" if offset else "wb"
@@ -301,6 +322,8 @@ def _stream(url: str, partial: Path, offset: int, size: int | None,
             desc=f"download {partial.name[:-5]}", disable=not options.progress,
         ) as bar:
             for chunk in response.iter_content(STREAM_CHUNK):
+                if size is not None and hashed.length + len(chunk) > size:
+                    raise _Oversized  # a bound on the disk a wrong or hostile server can fill
                 out.write(chunk)
                 hashed.update(chunk)
                 bar.update(len(chunk))

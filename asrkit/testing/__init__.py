@@ -38,6 +38,7 @@ independence, declared stride, a few training steps, export), ``check_extractor`
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import sys
 import threading
@@ -145,6 +146,8 @@ class CorpusServer:
     faults: dict[str, list[_Fault]] = field(default_factory=dict)
     requests: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Range header)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Paths sent gzip-compressed in transit (``Content-Encoding: gzip``), asked for or not.
+    compressed: set[str] = field(default_factory=set)
 
     def add_file(self, path: str, data: bytes, checksums: bool = True) -> str:
         """Serve ``data`` at ``/path``; also list it in a ``SHA256SUMS`` beside it unless
@@ -165,6 +168,11 @@ class CorpusServer:
     def fail(self, path: str, status: int = 503, times: int = 1) -> None:
         """Answer ``status`` instead of the file, ``times`` times."""
         self.faults.setdefault(path.lstrip("/"), []).append(_Fault("status", status, times))
+
+    def compress(self, path: str) -> None:
+        """Send ``path`` gzip-compressed in transit, as a misconfigured server does whatever the
+        client accepts."""
+        self.compressed.add(path.lstrip("/"))
 
     def _take_fault(self, path: str) -> _Fault | None:
         with self.lock:
@@ -209,6 +217,9 @@ def _handler(server: CorpusServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self.send_response(200)
             body = data[start:]
+            if path in server.compressed:
+                body = gzip.compress(body)
+                self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Accept-Ranges", "bytes")
             self.end_headers()
