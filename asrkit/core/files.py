@@ -20,6 +20,26 @@ def write_durable(path: Path, text: str) -> None:
         os.fsync(f.fileno())
 
 
+def sync_file(path: Path) -> None:
+    """Wait until the contents of ``path`` (written by another writer, such as TensorFlow's
+    record writer) are on disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def replace_durably(partial: Path, path: Path) -> None:
+    """Rename the finished file ``partial`` to ``path`` so that after a power cut ``path`` is
+    either absent or whole: its contents on disk first, then the rename, then the folder's
+    entry. (A rename alone can reach the disk before the data: an empty file under the final
+    name, which a rerun would trust.)"""
+    sync_file(partial)
+    os.replace(partial, path)
+    sync_folder(path.parent)
+
+
 def sync_folder(folder: Path) -> None:
     """Make the names last created, renamed or removed in ``folder`` durable."""
     descriptor = os.open(folder, os.O_RDONLY)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asrkit.core.files import write_atomic
 from asrkit.core.labels import LabelError, Labels, Pieces
 
 #: The default English alphabet: space, a-z, apostrophe (28 symbols; 29 classes with the blank).
@@ -68,7 +69,8 @@ class Alphabet(Labels):
         return "\n".join(lines) + "\n"
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_text(), encoding="utf-8")
+        """Write the alphabet whole or not at all (a run and a dataset are read back by it)."""
+        write_atomic(Path(path), self.to_text())
 
     @classmethod
     def from_text(cls, text: str) -> Alphabet:

@@ -17,7 +17,6 @@ Records are serialised deterministically, so the same utterances give byte-ident
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from asrkit.core.errors import AsrkitError
+from asrkit.core.files import replace_durably
 from asrkit.core.frames import SAMPLE_RATE
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def write_shard(path: str | Path, records: Iterable[ShardRecord]) -> int:
         for record in records:
             writer.write(serialize(record))
             count += 1
-    os.replace(partial, path)
+    replace_durably(partial, path)  # a rerun trusts a shard by its name
     return count
 
 

@@ -28,6 +28,7 @@ import requests
 from tqdm import tqdm
 
 from asrkit.core.errors import AsrkitError
+from asrkit.core.files import replace_durably
 from asrkit.types import Resource
 
 CHUNK = 1 << 20
@@ -216,7 +217,7 @@ def fetch(resource: Resource, directory: Path, options: DownloadOptions,
               f"{aside.name}, downloading it again", file=sys.stderr)
     partial = final.with_name(final.name + ".part")
     streamed = _download(url, partial, expected.size, options)
-    os.replace(partial, final)
+    replace_durably(partial, final)
     digest = verify_file(final, expected, options, digest=streamed)
     _record_verified(final, digest, expected)
     return final, digest
