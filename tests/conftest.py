@@ -16,6 +16,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SPEECH = FIXTURES / "speech"
 
 
+#: Put on a started process's PYTHONPATH, it turns ASRKIT_TEST_* variables into faults
+#: (tests/faults/sitecustomize.py).
+FAULTS = Path(__file__).resolve().parent / "faults"
+
+
 def run_asrkit(*args: str, pythonpath: Path | None = None, env: dict | None = None,
                timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m asrkit ARGS`` in a fresh process (as a user runs it)."""

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from asrkit.core.text import decode_text, quote
+from asrkit.testing import CliResult
 from tests import corpora, toy_importer
 from tests.archives import tar_gz
-from tests.conftest import SPEECH, run_asrkit
+from tests.conftest import FAULTS, SPEECH, run_asrkit
 
 CLIPS = corpora.speechbrain_clips()
 LJ = SPEECH / "ljspeech" / "LJ002-0020.wav"
@@ -476,16 +477,17 @@ def test_disk_full_then_rerun_continues(asrkit_cli, tmp_path, monkeypatch):
         assert report_of(disk / "datasets" / "full")["total"]["utterances"] == 12
 
 
-def test_disk_full_injected(asrkit_cli, asrkit_home, tmp_path, monkeypatch):
-    """The same without a mount: the 5th WAV written fails with ENOSPC."""
+def test_disk_full_injected(asrkit_cli, asrkit_home, tmp_path):
+    """The same without a mount: the 5th WAV a converting process writes fails with ENOSPC."""
     root = many_recordings(tmp_path / "full", 8)
-    monkeypatch.setenv("ASRKIT_FAULT_ENOSPC_AFTER", "4")
-    line = one_line_error(asrkit_cli(corpora.import_args("folder", root)))
+    full = run_asrkit(*map(str, corpora.import_args("folder", root)), pythonpath=FAULTS,
+                      env={"ASRKIT_HOME": str(asrkit_home), "ASRKIT_TEST_ENOSPC_AFTER": "4"},
+                      timeout=300)
+    line = one_line_error(CliResult(full.returncode, full.stdout, full.stderr))
     assert "no space left" in line and os.strerror(errno.ENOSPC) not in line
     dataset = asrkit_home / "datasets" / "full"
     assert str(dataset) in line
     assert not list(dataset.rglob("*.partial"))
-    monkeypatch.delenv("ASRKIT_FAULT_ENOSPC_AFTER")
     result = asrkit_cli(corpora.import_args("folder", root))
     assert result.exit_code == 0, result.stderr
     assert report_of(dataset)["total"]["utterances"] == 8

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.train.checkpoints import FAULT_ENV, SAVE_STAGES
-from tests.conftest import TINY
+from asrkit.train.checkpoints import SAVE_STAGES
+from tests.conftest import FAULTS, TINY
 
 #: One epoch of 4 steps on `sample`. Its saves: latest (step 2), latest (step 4), latest again at
 #: the epoch's end (step 4), best (step 4), latest once more when training ends (step 4).
@@ -28,9 +28,15 @@ def home(datasets, monkeypatch):
     return datasets
 
 
+#: Set in a started training, ends it at a stage of a checkpoint save (tests/faults).
+KILL_AT_SAVE = "ASRKIT_TEST_KILL_AT_SAVE"
+
+
 def start(home: Path, *args: str | Path, env: dict | None = None) -> subprocess.Popen:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
     environment.update(ASRKIT_HOME=str(home), **(env or {}))
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(FAULTS), environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return subprocess.Popen([sys.executable, "-m", "asrkit", *map(str, args)], env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -49,7 +55,7 @@ def test_a_kill_at_any_stage_of_a_checkpoint_save_leaves_a_resumable_run(home, a
     """The third save rewrites the checkpoint of the same step (4): the old code deleted it
     before writing it again, so a kill then left latest.json naming nothing."""
     runs = {stage: tmp_path / stage for stage in SAVE_STAGES}
-    killed = {stage: start(home, *SHORT, "--run-dir", run, env={FAULT_ENV: f"{stage}:3"})
+    killed = {stage: start(home, *SHORT, "--run-dir", run, env={KILL_AT_SAVE: f"{stage}:3"})
               for stage, run in runs.items()}
     for stage, process in killed.items():
         _, err = process.communicate(timeout=300)
@@ -157,7 +163,7 @@ def test_rerunning_the_same_command_continues_the_run_and_other_settings_are_ref
         home, asrkit_cli, tmp_path):
     run = tmp_path / "run"
     command = [*SHORT, "--run-dir", run]
-    killed = start(home, *command, env={FAULT_ENV: "switched:1"})  # killed after step 2
+    killed = start(home, *command, env={KILL_AT_SAVE: "switched:1"})  # killed after step 2
     _, err = killed.communicate(timeout=300)
     assert killed.returncode == 9, err[-3000:]
     assert json.loads((run / "checkpoints/latest.json").read_text())["state"]["global_step"] == 2

@@ -1,0 +1,43 @@
+"""Fault injection for asrkit's own tests, kept out of the shipped code.
+
+Python imports ``sitecustomize`` at start-up from the first folder on its path that has one; a
+test that puts this folder (``tests.conftest.FAULTS``) on the ``PYTHONPATH`` of a process it
+starts turns these variables into faults in that process and in the worker processes it starts:
+
+- ``ASRKIT_TEST_KILL_AT_SAVE=STAGE[:N]``: end the process at once (exit status 9, as abruptly as
+  ``kill -9``: nothing is flushed or cleaned up) at that stage of its N-th checkpoint save
+  (default: the first); the stages are ``asrkit.train.checkpoints.SAVE_STAGES``.
+- ``ASRKIT_TEST_ENOSPC_AFTER=N``: in each converting process, the write after N recordings fails
+  with ENOSPC, as a full disk fails it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+_kill_at = os.environ.get("ASRKIT_TEST_KILL_AT_SAVE")
+if _kill_at:
+    from asrkit.train import checkpoints
+
+    _stage, _, _number = _kill_at.partition(":")
+
+    def _kill(stage: str, save_number: int) -> None:
+        if stage == _stage and save_number == int(_number or 1):
+            os._exit(9)
+
+    checkpoints._reached = _kill
+
+_enospc_after = os.environ.get("ASRKIT_TEST_ENOSPC_AFTER")
+if _enospc_after:
+    from asrkit.importing import convert
+
+    _written = 0
+
+    def _full(path: object) -> None:
+        global _written
+        if _written >= int(_enospc_after or 0):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        _written += 1
+
+    convert._before_write = _full
