@@ -10,6 +10,7 @@ one: an fsync per file cost a fifth of the import's speed; see the changelog.)
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -55,3 +56,31 @@ def test_a_shard_is_on_disk_before_it_has_its_name(calls, tmp_path):
 def test_an_alphabet_is_written_whole(calls, tmp_path):
     Alphabet().save(tmp_path / "alphabet.txt")
     assert_durable(calls, tmp_path / "alphabet.txt")
+
+
+@pytest.mark.parametrize("torn", [b'{"step": 7, "lo', b"no newline at all"])
+def test_a_torn_last_metrics_line_is_cut_before_the_next_one(tmp_path, torn):
+    """A training killed (or a disk filled) mid-line: the resumed run's first line would be glued
+    to the torn one, and neither would read back."""
+    from asrkit.train.checkpoints import append_metrics
+
+    metrics = tmp_path / "metrics.jsonl"
+    whole = b'{"step": 6}\n' if torn.startswith(b"{") else b""
+    metrics.write_bytes(whole + torn)
+    append_metrics(tmp_path, {"event": "resume", "step": 6})
+    lines = metrics.read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [
+        *([{"step": 6}] if whole else []), {"event": "resume", "step": 6}]
+
+
+def test_an_imports_journal_cuts_a_torn_line_before_the_next_one(tmp_path):
+    from asrkit.importing.convert import SegmentResult
+    from asrkit.importing.engine import Journal
+
+    path = tmp_path / "journal.jsonl"
+    Journal(path).add("a.flac", [SegmentResult("train/a", 16000, 32044, None)])
+    with open(path, "ab") as f:
+        f.write(b'{"member": "b.fl')  # killed mid-line
+    Journal(path).add("c.flac", [SegmentResult("train/c", 8000, 16044, None)])
+    assert sorted(Journal(path).done) == ["a.flac", "c.flac"]
+    assert all(json.loads(line) for line in path.read_text().splitlines())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def write_durable(path: Path, text: str) -> None:
@@ -56,6 +56,35 @@ def write_atomic(path: Path, text: str) -> None:
     write_durable(partial, text)
     os.replace(partial, path)
     sync_folder(path.parent)
+
+
+def append_line(path: Path, line: str, sync: bool = False) -> None:
+    """Append ``line`` to a file of lines (``metrics.jsonl``, an import's journal). A torn last
+    line, left by a writer killed mid-write or a full disk, is cut off first: otherwise the new
+    line would be glued to it and neither would read back. ``sync``: on disk before returning."""
+    with open(path, "a+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":
+                f.truncate(_last_line_end(f, size))
+        f.write(line.encode("utf-8") + b"\n")  # appended: "a" mode writes at the end
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+
+
+def _last_line_end(f: BinaryIO, size: int, block: int = 1 << 16) -> int:
+    """The offset just after the last newline of the open file ``f`` (0 if it has none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - block)
+        f.seek(start)
+        found = f.read(end - start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from asrkit import __version__
 from asrkit.core.errors import AsrkitError
-from asrkit.core.files import write_atomic, write_json
+from asrkit.core.files import append_line, write_atomic, write_json
 from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.text import Alphabet, normalize, quote, recording_decodings
 from asrkit.dataset.audio import read_wav
@@ -252,13 +252,7 @@ class Journal:
         self.path = path
         self.done: dict[str, list[SegmentResult]] = {}
         if path.exists():
-            data = path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                # A torn last line (killed, or the disk filled, mid-write) is cut off, so that
-                # the next line appended starts on a line of its own.
-                data = data[:data.rfind(b"\n") + 1]
-                with open(path, "r+b") as f:
-                    f.truncate(len(data))
+            data = path.read_bytes()  # a torn last line fails to parse; the next add cuts it
             for line in data.decode("utf-8", errors="replace").splitlines():
                 try:
                     entry = json.loads(line)
@@ -271,8 +265,7 @@ class Journal:
         line = json.dumps({"member": member, "results": [asdict(r) for r in results]})
         # Flushed, not fsynced: a killed process loses nothing the kernel already has, and a
         # power cut at worst repeats the conversion of the members whose lines were lost.
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        append_line(self.path, line)
 
 
 def convert(sources: list[Source], planned: list[Planned], dataset: Path, journal: Journal,

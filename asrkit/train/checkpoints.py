@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asrkit.core.errors import AsrkitError
-from asrkit.core.files import sync_folder, write_durable
+from asrkit.core.files import append_line, sync_folder, write_durable
 
 if TYPE_CHECKING:
     import keras
@@ -251,7 +251,4 @@ def untracked_weights(model: keras.Model) -> list[str]:
 
 def append_metrics(folder: Path, record: dict[str, Any]) -> None:
     """Append ``record`` to the run's ``metrics.jsonl``, on disk before the next step."""
-    with open(folder / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_line(folder / "metrics.jsonl", json.dumps(record, sort_keys=True), sync=True)
