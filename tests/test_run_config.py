@@ -24,8 +24,7 @@ def test_the_command_line_is_split_by_section_once():
     assert parsed.section("train") == [("epochs", "3"), ("decoder", "beam")]
     assert parsed.section("model") == [("n_hidden", "100")]
     assert parsed.section("decoder") == [("beam_width", "8")]
-    assert parsed.value("train", "decoder") == "beam"
-    assert str(parsed.settings[1]) == "model.n_hidden=100"
+    assert parsed.settings[1] == Setting("model", "n_hidden", "100")
     with pytest.raises(AsrkitError, match=r"-o optimiser.lr=1: unknown section 'optimiser'"):
         parse_overrides(["optimiser.lr=1"])
     with pytest.raises(AsrkitError, match="expected KEY=VALUE"):

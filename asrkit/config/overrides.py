@@ -45,10 +45,6 @@ class Setting:
     key: str
     value: Any
 
-    def __str__(self) -> str:
-        name = self.key if self.section == "train" else f"{self.section}.{self.key}"
-        return f"{name}={self.value}"
-
 
 @dataclass(frozen=True)
 class Overrides:
@@ -62,11 +58,6 @@ class Overrides:
 
     def keys(self, section: str) -> set[str]:
         return {s.key for s in self.settings if s.section == section}
-
-    def value(self, section: str, key: str, default: Any = None) -> Any:
-        """The last value given for ``section.key``, or ``default``."""
-        found = [s.value for s in self.settings if (s.section, s.key) == (section, key)]
-        return found[-1] if found else default
 
     def without(self, section: str, keys: Iterable[str] = ()) -> Overrides:
         """These settings less section ``section`` (only ``keys`` of it, when given)."""
@@ -111,10 +102,6 @@ class DecoderChoice:
 
     name: str | None = None
     settings: tuple[tuple[str, str], ...] = ()
-
-    def label(self, default: str) -> str:
-        """``beam-beam_width=8``: the decoder and its changed settings, for folder names."""
-        return "-".join([self.name or default, *(f"{k}={v}" for k, v in self.settings)])
 
 
 def parse_decoder_choice(option: str | None, pairs: Iterable[str]) -> DecoderChoice:

@@ -151,8 +151,3 @@ def read_train(values: Mapping[str, Any]) -> TrainConfig:
         mixed = values.pop("mixed_precision")
         values.setdefault("precision", "mixed_float16" if mixed else "float32")
     return from_dict(TrainConfig, values)
-
-
-def read_pipeline(values: Mapping[str, Any]) -> PipelineConfig:
-    return from_dict(PipelineConfig, dict(values))
-

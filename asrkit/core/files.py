@@ -20,29 +20,21 @@ def write_durable(path: Path, text: str) -> None:
         os.fsync(f.fileno())
 
 
-def sync_file(path: Path) -> None:
-    """Wait until the contents of ``path`` (written by another writer, such as TensorFlow's
-    record writer) are on disk."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def replace_durably(partial: Path, path: Path) -> None:
     """Rename the finished file ``partial`` to ``path`` so that after a power cut ``path`` is
     either absent or whole: its contents on disk first, then the rename, then the folder's
     entry. (A rename alone can reach the disk before the data: an empty file under the final
     name, which a rerun would trust.)"""
-    sync_file(partial)
+    sync_to_disk(partial)
     os.replace(partial, path)
-    sync_folder(path.parent)
+    sync_to_disk(path.parent)
 
 
-def sync_folder(folder: Path) -> None:
-    """Make the names last created, renamed or removed in ``folder`` durable."""
-    descriptor = os.open(folder, os.O_RDONLY)
+def sync_to_disk(path: Path) -> None:
+    """Wait until ``path`` is on disk, not only in the page cache: a file's contents (written
+    by any writer, TensorFlow's record writer included), or a folder's entries (the names last
+    created, renamed or removed in it)."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
@@ -53,9 +45,8 @@ def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file, so a reader never sees half of it,
     and a crash or power cut leaves either the old file or the new one."""
     partial = path.with_name(path.name + ".partial")
-    write_durable(partial, text)
-    os.replace(partial, path)
-    sync_folder(path.parent)
+    partial.write_text(text, encoding="utf-8")
+    replace_durably(partial, path)
 
 
 def append_line(path: Path, line: str, sync: bool = False) -> None:

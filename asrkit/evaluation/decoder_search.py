@@ -135,7 +135,7 @@ def search_decoder(folder: str | Path, split: str, grid: dict[str, list[str]],
     # model loads: a typo in the last value is said at once.
     decoders = [with_settings(base, point.items()) for point in combinations]
     try_decoder(decoders[0], run.labels)
-    loaded = load_split_model(folder, split, checkpoint)
+    loaded = load_split_model(run, split, checkpoint)
     outputs = list(loaded.outputs())
     search = DecoderSearch(split, base.name, best_by, sum(len(o.ids) for o in outputs),
                            grid, checkpoint=loaded.checkpoint)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from asrkit.config.decoding import try_decoder
 from asrkit.config.overrides import DecoderChoice
 from asrkit.dataset.shards import damaged_dataset_error
-from asrkit.evaluation.restore import load_run_model
+from asrkit.evaluation.restore import restore_model
 from asrkit.pipeline.batches import make_dataset
 from asrkit.runs.run import Run, load_run
 from asrkit.runs.scoring import (
@@ -52,10 +52,10 @@ class SplitModel:
             raise error from None
 
 
-def load_split_model(folder: str | Path, split: str, checkpoint: str = "best") -> SplitModel:
-    """Load a saved run's checkpoint (``best``, else ``latest``; ``averaged``; ``best-by-METRIC``)
+def load_split_model(run: Run, split: str, checkpoint: str = "best") -> SplitModel:
+    """Load a run's checkpoint (``best``, else ``latest``; ``averaged``; ``best-by-METRIC``)
     and the pipeline of ``split``, warning when an older best hides a newer unscored latest."""
-    run, model, state = load_run_model(folder, checkpoint)
+    model, state = restore_model(run, checkpoint)
     if checkpoint in ("best", "latest"):
         scored = warn_if_latest_unscored(run.folder, state)
     else:  # averaged, or best-by-METRIC of a watcher
@@ -79,7 +79,7 @@ def evaluate_run(folder: str | Path, split: str = "test",
     run = load_run(folder)
     chosen = run.choose_decoder(decoder or DecoderChoice())
     try_decoder(chosen, run.labels)
-    loaded = load_split_model(folder, split, checkpoint)
+    loaded = load_split_model(run, split, checkpoint)
     evaluation = decode_outputs(loaded.outputs(), chosen, loaded.run.labels, split, progress)
     evaluation.checkpoint = loaded.checkpoint
     return evaluation

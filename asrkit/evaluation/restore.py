@@ -19,15 +19,21 @@ if TYPE_CHECKING:
 
 def load_run_model(folder: str | Path,
                    checkpoint: str = "best") -> tuple[Run, keras.Model, dict[str, Any]]:
-    """A saved run, its model with the ``checkpoint`` weights (``best`` or ``latest``; the other
-    when that one is missing or damaged; their moving average when the run keeps one), and
-    that checkpoint's state: what evaluation, transcription and export all start from.
+    """A saved run, its model with the ``checkpoint`` weights and that checkpoint's state: what
+    evaluation, transcription and export all start from (:func:`restore_model`)."""
+    run = load_run(folder)
+    return (run, *restore_model(run, checkpoint))
+
+
+def restore_model(run: Run, checkpoint: str = "best") -> tuple[keras.Model, dict[str, Any]]:
+    """``run``'s model with the ``checkpoint`` weights (``best`` or ``latest``; the other when
+    that one is missing or damaged; their moving average when the run keeps one), and that
+    checkpoint's state.
 
     Every weight of the model must come from the checkpoint. When they do not match and the
     run was made with another version of the model's plugin (``plugins.json``), the error says
     so and which version to install: a plugin that changed its architecture is the likely cause,
     not a damaged run."""
-    run = load_run(folder)
     model_config = saved_model_config(run, checkpoint)  # a growing run's size at that point
     model = run.spec.build(model_config, run.num_features(), run.labels.num_classes)
     # The moving average of the weights, when the run keeps one (an averaged checkpoint holds
@@ -55,4 +61,4 @@ def load_run_model(folder: str | Path,
         raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
     if shadow is not None:
         load_averaged(model, shadow, state)
-    return run, model, state
+    return model, state

@@ -55,7 +55,7 @@ from typing import Any
 
 from asrkit.config.overrides import DecoderChoice
 from asrkit.core.errors import AsrkitError
-from asrkit.core.files import sync_folder, write_atomic
+from asrkit.core.files import sync_to_disk, write_atomic
 from asrkit.core.locks import folder_lock, lock_held
 from asrkit.dataset.shards import damaged_dataset_error
 from asrkit.pipeline.batches import make_dataset
@@ -341,13 +341,13 @@ class Watcher:
         for path in snapshot.folder.iterdir():
             if path.name != SNAPSHOT_STATE:
                 link_or_copy(path, target / path.name)
-        sync_folder(target)
+        sync_to_disk(target)
         state = {**snapshot.state, "watch": {
             "metric": self.best_by, "value": value, "split": self.splits[0],
             "decoder": self.label, "checkpoint": snapshot.folder.name}}
         write_atomic(self.best_pointer, json.dumps({"folder": name, "state": state}, indent=2)
                      + "\n")
-        sync_folder(self.watch)
+        sync_to_disk(self.watch)
         for old in self.watch.glob(f"ckpt-*-{kind}-*"):
             if old.name != name:
                 shutil.rmtree(old, ignore_errors=True)

@@ -288,8 +288,9 @@ def make_dataset(
         )
     edges, batch_sizes = batch_plan(dataset_dir, split, config)
     pipelines, index = _pipeline_share(input_context)
-    cache_name = _cache_name(split, files, extractor, feature_config, labels, config, pipelines,
-                             index)
+    cache_name = ("" if config.cache == "none" else  # the name stats every shard file
+                  _cache_name(split, files, extractor, feature_config, labels, config,
+                              pipelines, index))
     calls = {"num_parallel_calls": config.parallel_calls, "deterministic": config.deterministic}
 
     dataset = _records(files, config, pipelines, index, seed)

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from asrkit import plugins
-from asrkit.config.decoding import choose_decoder, try_decoder
+from asrkit.config.decoding import choose_decoder, decoder_settings, try_decoder
 from asrkit.config.overrides import DecoderChoice, Overrides
 from asrkit.config.pipeline import PipelineConfig
-from asrkit.config.run import SAVED_SECTIONS, RunConfig, read_pipeline, read_train, resume_config
+from asrkit.config.run import SAVED_SECTIONS, RunConfig, read_train, resume_config
 from asrkit.config.train import TrainConfig
 from asrkit.core.errors import AsrkitError
 from asrkit.core.files import write_json
@@ -246,7 +246,7 @@ def load_run(folder: str | Path) -> Run:
     if not isinstance(decoder, dict):
         decoder = None
     elif train.decoder in plugins.get_plugins().registry.names("decoder"):
-        decoder = from_dict(type(plugins.get("decoder", train.decoder).config), decoder)
+        decoder = decoder_settings(train.decoder, base=decoder)
     spec = _installed(folder, "model", train.model)
     # Runs saved before the extractor was recorded read the model's own.
     train = replace(train, features=train.features or spec.features)
@@ -264,7 +264,7 @@ def load_run(folder: str | Path) -> Run:
                 raise
             raise AsrkitError(changed.message(folder, "the settings in its config.json")
                               ) from None
-    config = RunConfig(train, *configs, read_pipeline(saved["pipeline"]), decoder)
+    config = RunConfig(train, *configs, from_dict(PipelineConfig, saved["pipeline"]), decoder)
     return Run(
         folder,
         config,

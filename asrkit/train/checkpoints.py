@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asrkit.core.errors import AsrkitError
-from asrkit.core.files import append_line, sync_folder, write_durable
+from asrkit.core.files import append_line, sync_to_disk, write_atomic, write_durable
 
 if TYPE_CHECKING:
     import keras
@@ -60,7 +60,7 @@ def _sync_tree(folder: Path) -> None:
             continue
         with open(path, "rb") as f:
             os.fsync(f.fileno())
-    sync_folder(folder)
+    sync_to_disk(folder)
 
 
 class Checkpoints:
@@ -99,14 +99,14 @@ class Checkpoints:
         _reached("begin", self.saves)
         self.checkpoint.write(str(target / "ckpt"))
         _sync_tree(target)
-        sync_folder(self.folder)
+        sync_to_disk(self.folder)
         _reached("written", self.saves)
         pointer = self._pointer(kind)
         partial = pointer.with_name(pointer.name + ".partial")
         write_durable(partial, json.dumps({"folder": name, "state": state}, indent=2) + "\n")
         _reached("pointer", self.saves)
         os.replace(partial, pointer)
-        sync_folder(self.folder)
+        sync_to_disk(self.folder)
         _reached("switched", self.saves)
         if kind == "latest" and self.keep:
             self._remember(name, step)
@@ -120,11 +120,7 @@ class Checkpoints:
         the newest :attr:`keep`; written like a pointer."""
         kept = [entry for entry in self.history() if entry["step"] != step]
         kept = [*kept, {"folder": name, "step": step}][-self.keep:]
-        path = self.folder / HISTORY
-        partial = path.with_name(path.name + ".partial")
-        write_durable(partial, json.dumps(kept, indent=2) + "\n")
-        os.replace(partial, path)
-        sync_folder(self.folder)
+        write_atomic(self.folder / HISTORY, json.dumps(kept, indent=2) + "\n")
 
     def history(self) -> list[dict[str, Any]]:
         """The kept ``latest`` checkpoints, oldest first, those whose folders are complete."""
