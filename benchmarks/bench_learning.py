@@ -8,7 +8,9 @@
    (its CPU preset on a machine without a GPU) and ``-o max_minutes=M``: one run for each
    time in ``--minutes``, each from scratch, because the presets' learning rate decays over
    the time the run is given (a run of 30 minutes is not a run of 10 continued).
-3. Evaluates each run's final weights on ``test``, ``test-unseen`` and ``test-flite``.
+3. Evaluates each run on ``test``, ``test-unseen`` and ``test-flite`` with the checkpoint
+   ``asrkit evaluate RUN`` scores by default (``best``: what a user gets); ``--checkpoint
+   latest`` scores the final weights instead.
 
 Prints a table and writes JSON (``--json``): CER and WER per test set, steps, epochs and
 seconds per step, at each time. Needs espeak-ng, flite, fortunes and sox (scripts/setup.sh).
@@ -72,10 +74,10 @@ def train(run: Path, model: str, minutes: float, settings: list[str]) -> None:
 LM_GRID = ("decoder.alpha=0.25,0.5,0.75,1,1.25,1.5,2", "decoder.beta=0,1,2,3,4")
 
 
-def tune_lm(run: Path, lm: Path) -> list[str]:
+def tune_lm(run: Path, lm: Path, checkpoint: str) -> list[str]:
     """The kenlm settings best by WER on the dev split, as ``-o`` options."""
     target = run / "dev-lm-search.json"
-    asrkit("evaluate", str(run), "--split", "dev", "--checkpoint", "latest", "--decoder",
+    asrkit("evaluate", str(run), "--split", "dev", "--checkpoint", checkpoint, "--decoder",
            "kenlm", "-o", f"decoder.lm={lm}", *(a for g in LM_GRID for a in ("--grid", g)),
            "--json", str(target), "--no-progress")
     best = json.loads(target.read_text())["best"]
@@ -84,22 +86,23 @@ def tune_lm(run: Path, lm: Path) -> list[str]:
     return [item for option in best["options"] for item in option.split(" ", 1)]
 
 
-def score(run: Path, lm: Path | None) -> dict[str, dict[str, float]]:
-    """CER and WER of the final weights on each test set, greedy (``test``) and, given an LM,
-    with the kenlm decoder at its default weights (``test+lm``) and at those chosen on dev
-    (``test+tuned-lm``)."""
+def score(run: Path, lm: Path | None, checkpoint: str) -> dict[str, dict[str, float]]:
+    """CER and WER of the ``checkpoint`` weights (and their step) on each test set, greedy
+    (``test``) and, given an LM, with the kenlm decoder at its default weights (``test+lm``) and
+    at those chosen on dev (``test+tuned-lm``)."""
     decoders = {"": []}
     if lm:
         decoders["+lm"] = ["--decoder", "kenlm", "-o", f"decoder.lm={lm}"]
-        decoders["+tuned-lm"] = decoders["+lm"] + tune_lm(run, lm)
+        decoders["+tuned-lm"] = decoders["+lm"] + tune_lm(run, lm, checkpoint)
     results = {}
     for split in TEST_SETS:
         for suffix, options in decoders.items():
             target = run / f"{split}{suffix}.json"
-            asrkit("evaluate", str(run), "--split", split, "--checkpoint", "latest",
+            asrkit("evaluate", str(run), "--split", split, "--checkpoint", checkpoint,
                    *options, "--json", str(target), "--no-progress")
             report = json.loads(target.read_text())
-            results[split + suffix] = {"cer": report["cer"], "wer": report["wer"]}
+            results[split + suffix] = {"cer": report["cer"], "wer": report["wer"],
+                                       "step": report["checkpoint"]["step"]}
     return results
 
 
@@ -157,6 +160,9 @@ def main() -> None:
     parser.add_argument("--lm-dictionary", type=Path, nargs="?", const=DICTIONARY,
                         help=f"add a word list's words to the LM's vocabulary (default "
                              f"{DICTIONARY})")
+    parser.add_argument("--checkpoint", choices=("best", "latest"), default="best",
+                        help="the weights scored: best (what `asrkit evaluate RUN` scores) or "
+                             "latest (the final ones)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -189,7 +195,7 @@ def main() -> None:
                 train(run, model, minutes, settings)
                 row = {"model": model, "variant": variant, "minutes": minutes,
                        **progress(run), "wall_seconds": round(time.monotonic() - began),
-                       **score(run, lm)}
+                       **score(run, lm, args.checkpoint)}
                 row["seconds_per_step"] = round(minutes * 60 / max(row["steps"], 1), 2)
                 results.append(row)
                 print(line(row), flush=True)
@@ -221,12 +227,12 @@ def column_name(key: str) -> str:
 
 def table(results: list[dict]) -> str:
     columns = max((scored(r) for r in results), key=len)
-    head = ("| model | variant | minutes | steps | s/step | "
+    head = ("| model | variant | minutes | steps | scored step | s/step | "
             + " | ".join(f"{column_name(s)} CER / WER" for s in columns) + " |")
-    rows = [head, "|" + "---|" * (5 + len(columns))]
+    rows = [head, "|" + "---|" * (6 + len(columns))]
     for r in results:
         cells = [r["model"], r["variant"], f"{r['minutes']:g}", str(r["steps"]),
-                 f"{r['seconds_per_step']:.2f}"]
+                 str(r["test"]["step"]), f"{r['seconds_per_step']:.2f}"]
         cells += [f"{r[s]['cer']:.1%} / {r[s]['wer']:.1%}" if s in r else "-" for s in columns]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
