@@ -35,7 +35,7 @@ if TYPE_CHECKING:
                    "decoder.beam_width=100 (see docs/decoders.md).")
 @click.option("--watch", is_flag=True,
               help="Score every checkpoint of the training as it is written, until the "
-                   "training has finished (docs/training.md).")
+                   "training has finished (docs/runs.md).")
 @click.option("--grid", "grid", multiple=True, metavar="decoder.KEY=V1,V2,...",
               help="Score every combination of these decoder settings' values (repeatable) "
                    "and report the best, e.g. --grid decoder.alpha=0.5,1,1.5 on the dev split.")

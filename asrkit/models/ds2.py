@@ -88,7 +88,7 @@ class DS2(ModelSpec):
         # Learns within minutes on a 2-core CPU (docs/models.md has the measurements): time
         # subsampled by 4 and 40 mel bins cut the recurrent and convolution work 2.6x and 1.7x.
         # The rate decays over the run's time budget (or epochs): at a constant 0.003 the dev
-        # CER stalled near 20 % from the 12th minute; decaying, it kept falling (training.md).
+        # CER stalled near 20 % from the 12th minute; decaying, it kept falling (CHANGELOG.md).
         "cpu": {"model.time_stride": "4", "features.num_mel_bins": "40",
                 "features.normalize": "feature", "train.learning_rate": "0.003",
                 "train.warmup_steps": "100", "train.lr_schedule": "cosine",

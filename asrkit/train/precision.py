@@ -9,7 +9,7 @@
   (bfloat16 has float32's exponent range). On a CPU with AMX (Intel Xeon since Sapphire Rapids)
   or AVX512-BF16 (AMD Zen 4 and later, Intel Cooper Lake) oneDNN multiplies bfloat16 in
   hardware: a ``ds2`` step 1.45x faster with AMX, a ``brnn`` step 1.65x with AVX512-BF16
-  (docs/training.md has the measurements). Where the CPU has neither, TensorFlow emulates
+  (docs/benchmarks.md has the measurements). Where the CPU has neither, TensorFlow emulates
   bfloat16 and is slower than float32.
 - ``auto`` (the default): ``mixed_bfloat16`` when the towers are this machine's CPU and the CPU
   has AMX-BF16 or AVX512-BF16, else ``float32``. GPUs keep float32 unless asked: float16's loss
