@@ -304,3 +304,27 @@ def test_an_absurdly_nested_checkpoint_pointer_is_a_damaged_one(tmp_path):
     checkpoints = Checkpoints(folder)
     assert checkpoints.state("latest") is None and checkpoints.state("best") is None
     assert checkpoints.history() == []
+
+
+def test_the_same_command_without_a_run_dir_continues_the_unfinished_run(home, asrkit_cli,
+                                                                       tmp_path, monkeypatch):
+    """``asrkit train --help`` promises that the same command continues a killed run: without
+    --run-dir, that is the newest unfinished runs/<model>-<n> of the same settings; a finished
+    run, or other settings, get a new folder."""
+    monkeypatch.chdir(tmp_path)
+    killed = start(home, *SHORT, env={KILL_AT_SAVE: "switched:1"})  # killed after step 2
+    _, err = killed.communicate(timeout=300)
+    assert killed.returncode == 9, err[-3000:]
+    first = tmp_path / "runs" / "brnn-1"
+    assert (first / "checkpoints" / "latest.json").exists()
+
+    again = asrkit_cli(SHORT)
+    assert again.exit_code == 0, again.stderr[-3000:]
+    assert ("continuing the run in runs/brnn-1 (the same settings; --run-dir starts another)"
+            in again.stdout)
+    assert "finished after 4 steps" in again.stdout
+    assert not (tmp_path / "runs" / "brnn-2").exists()
+
+    finished = asrkit_cli(SHORT)  # brnn-1 has its report now: a new run
+    assert finished.exit_code == 0, finished.stderr[-3000:]
+    assert "run: runs/brnn-2" in finished.stdout

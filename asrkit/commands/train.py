@@ -58,8 +58,8 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
     """Train a model on an imported dataset (CTC; every GPU as a tower, else the CPU).
 
     A killed run continues exactly where it stopped with `asrkit train --resume RUN`, or by
-    running the same command again with the same --run-dir (without one, a new run folder is
-    made).
+    running the same command again: without --run-dir, it continues the newest unfinished
+    runs/<model>-<n> saved with the same settings (a new folder when there is none).
     """
     import contextlib
 
@@ -124,7 +124,8 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
                     run.save()
         elif (run.folder / "config.json").exists():
             run = same_run(run)
-            click.echo(f"continuing the run in {run.folder} (the same settings)")
+            click.echo(f"continuing the run in {run.folder} (the same settings"
+                       + ("; --run-dir starts another)" if run_dir is None else ")"))
         click.echo(f"run: {run.folder}")
         if run.preset_note:
             click.echo(run.preset_note)

@@ -32,6 +32,7 @@ from asrkit.config.train import TrainConfig
 from asrkit.core.errors import AsrkitError
 from asrkit.core.files import write_json
 from asrkit.core.labels import Labels
+from asrkit.core.locks import lock_held
 from asrkit.core.settings import from_dict
 from asrkit.core.text import Alphabet
 from asrkit.dataset.folders import resolve_dataset
@@ -167,7 +168,30 @@ def new_run(config: RunConfig, folder: Path | None, preset_note: str = "") -> Ru
               feature_width=int(extractor.num_features(config.features)),
               tokenizer_file=_tokenizer_file(train, dataset))
     try_decoder(run.decoder, run.labels)  # e.g. a language model it needs: now, not at the end
-    return replace(run, folder=folder or next_run_folder(train.model))
+    return replace(run, folder=folder or unfinished_run(config) or next_run_folder(train.model))
+
+
+def unfinished_run(config: RunConfig, root: Path = Path("runs")) -> Path | None:
+    """The newest ``root/<model>-<n>`` that holds an unfinished run (no ``report.json``) saved
+    with ``config``'s settings, which no training holds now: the same ``asrkit train`` command
+    run again after Ctrl-C, a kill or a crash continues it there instead of starting
+    ``<model>-<n+1>`` from nothing. Folders that cannot be read are passed over."""
+    wanted = _flat(config.to_json())
+    numbered = []
+    for folder in root.glob(f"{config.train.model}-*"):
+        number = folder.name[len(config.train.model) + 1:]
+        if number.isdigit() and folder.is_dir():
+            numbered.append((int(number), folder))
+    for _, folder in sorted(numbered, reverse=True):
+        if (folder / "report.json").exists() or not (folder / "config.json").is_file():
+            continue
+        try:
+            saved = load_run(folder)
+        except (AsrkitError, OSError, ValueError):
+            continue
+        if _flat(saved.to_json()) == wanted and not lock_held(folder):
+            return folder
+    return None
 
 
 def _tokenizer_file(train: TrainConfig, dataset: Path) -> TokenizerFile | None:
