@@ -36,7 +36,11 @@ def test_its_configuration_reads_as_it_was_saved(old_run):
     assert (run.train.model, run.train.preset, run.train.decoder) == ("brnn", "none", "beam")
     assert run.model_config.n_hidden == 24 and run.decoder.config.beam_width == 4
     saved = json.loads((old_run / "config.json").read_text())
-    assert run.to_json() == {key: saved[key] for key in run.to_json()}
+    # Saved before best_by: its best checkpoint was chosen by early_stop_metric, and still is.
+    train = dict(saved["train"])
+    train["best_by"] = train.pop("early_stop_metric")
+    assert run.train.best_by == "loss"
+    assert run.to_json() == {**{key: saved[key] for key in run.to_json()}, "train": train}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -62,8 +62,8 @@ def home(datasets, monkeypatch):
                             "the CPU), 'cpu', GPU indices such as '0,1', or device names such as "
                             "'/cpu:0,/cpu:1'"),
     (["--devices", "0;1"], "setting devices='0;1' is not allowed"),
-    (["-o", "early_stop_metric=acc"], "setting early_stop_metric='acc' is not allowed: must be "
-                                      "one of loss, wer, cer"),
+    (["-o", "best_by=acc"], "setting best_by='acc' is not allowed: must be one of wer, "
+                            "cer, loss"),
     (["-o", "epochs=2.5"], "-o epochs=2.5: not an integer"),
     (["-o", "evaluate_dev=maybe"], "-o evaluate_dev=maybe: not true or false"),
     (["-o", "pipeline.speed_factors=0.9,-1"], "setting speed_factors=0.9,-1.0 is not allowed: "

@@ -37,13 +37,15 @@ def test_dev_is_scored_on_a_cadence_at_epoch_ends_and_at_the_stop(home, asrkit_c
     # 4 steps an epoch: the cadence at 3 and 6, the epoch end at 4, the stop at 7; never twice.
     assert scored == [(3, "cadence"), (4, "epoch"), (6, "cadence"), (7, "stop")]
     best = json.loads((run / "checkpoints/best.json").read_text())["state"]
-    by_step = {e["step"]: e["dev_loss"] for e in events(run, "evaluation")}
+    # The lowest dev WER, ties to the lower CER, then the lower loss (the first such on a tie).
+    by_step = {e["step"]: (e["dev_wer"], e["dev_cer"], e["dev_loss"])
+               for e in events(run, "evaluation")}
     assert best["global_step"] == min(by_step, key=by_step.get)
     report = json.loads((run / "report.json").read_text())
     assert report["checkpoint"] == {"kind": "best", "step": best["global_step"],
-                                    "dev_loss": best["best"]}
+                                    "best_by": "wer", "dev_wer": best["best"]}
     assert (run / "report.txt").read_text().startswith(
-        f"checkpoint: best (step {best['global_step']})")
+        f"checkpoint: best (step {best['global_step']}, the lowest dev WER)")
 
 
 def test_without_dev_scores_the_report_is_on_the_final_weights(home, asrkit_cli, tmp_path):
@@ -162,7 +164,8 @@ def test_evaluate_warns_when_the_latest_checkpoint_was_never_scored(home, asrkit
     assert more.exit_code == 0, more.stderr[-3000:]
     best = asrkit_cli(["evaluate", run, "--split", "dev", "--json", "-", "--no-progress"])
     assert best.exit_code == 0, best.stderr[-3000:]
-    assert json.loads(best.stdout)["checkpoint"] == {"kind": "best", "step": 2}
+    assert json.loads(best.stdout)["checkpoint"] == {"kind": "best", "step": 2,
+                                                     "best_by": "wer"}
     assert ("the latest (step 4) is newer and was never scored on dev: --checkpoint latest"
             in best.stderr)
     latest = asrkit_cli(["evaluate", run, "--split", "dev", "--checkpoint", "latest",

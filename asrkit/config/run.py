@@ -145,8 +145,11 @@ def typed_settings(section: str, config: Any) -> Overrides:
 def read_train(values: Mapping[str, Any]) -> TrainConfig:
     """A saved ``train`` section, settings of older versions under today's names: runs saved
     before ``precision`` had ``mixed_precision`` (true: float16 products), and keep what they
-    had."""
+    had; runs saved before ``best_by`` chose their best checkpoint by ``early_stop_metric``
+    (the loss by default), and keep doing so."""
     values = dict(values)
+    if "best_by" not in values:  # saved before it: the best checkpoint was the lowest loss
+        values["best_by"] = values.pop("early_stop_metric", "loss")
     if "mixed_precision" in values:
         mixed = values.pop("mixed_precision")
         values.setdefault("precision", "mixed_float16" if mixed else "float32")

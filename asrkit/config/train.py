@@ -21,6 +21,8 @@ DEVICES_PATTERN = r"\s*(|cpu|\d+(\s*,\s*\d+)*|/[^,]+(,\s*/[^,]+)*)\s*"
 SECTIONS = ("train", "model", "features", "pipeline", "decoder")
 #: Learning-rate schedules (:mod:`asrkit.train.schedules`).
 SCHEDULES = ("constant", "cosine", "noam", "newbob")
+#: The dev scores ``best_by`` may name (:func:`asrkit.train.evaluations.ranked` breaks ties).
+BEST_BY = ("wer", "cer", "loss")
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,18 @@ class TrainConfig:
     clip_norm: float = setting(0.0, min=0)
     #: Linear warm-up of the learning rate over this many steps.
     warmup_steps: int = setting(0, min=0)
-    #: Reduce the learning rate by ``plateau_factor`` after this many epochs without a dev-loss
-    #: improvement of ``min_delta``; 0 = never.
+    #: Reduce the learning rate by ``plateau_factor`` after this many dev evaluations without
+    #: an improvement of ``min_delta`` in ``best_by``; 0 = never.
     plateau_patience: int = setting(0, min=0)
     plateau_factor: float = setting(0.1, above=0, max=1)
-    #: Stop after this many epochs without improvement of ``early_stop_metric``; 0 = never.
+    #: Stop after this many dev evaluations without improvement of ``best_by``; 0 = never.
     early_stop_patience: int = setting(0, min=0)
-    early_stop_metric: str = setting("loss", choices=("loss", "wer", "cer"))
+    #: The dev score that chooses the ``best`` checkpoint (what the report, ``evaluate``,
+    #: ``transcribe`` and ``export`` use) and drives plateaus and early stopping. The error rate
+    #: users read, by default: CTC's loss rises as a model grows confident while its errors
+    #: still fall, so the lowest loss is often an older, worse model. Ties (a young model's
+    #: WER stays at 100 %) are broken by the other rate, then the loss.
+    best_by: str = setting("wer", choices=BEST_BY)
     min_delta: float = setting(0.0, min=0)
     seed: int = setting(0, min=0, max=MAX_SEED)
     #: Stop after this many steps in all (0 = run all epochs).

@@ -58,6 +58,8 @@ def load_split_model(run: Run, split: str, checkpoint: str = "best") -> SplitMod
     model, state = restore_model(run, checkpoint)
     if checkpoint in ("best", "latest"):
         scored = warn_if_latest_unscored(run.folder, state)
+        if scored["kind"] == "best":
+            scored["best_by"] = run.train.best_by
     else:  # averaged, or best-by-METRIC of a watcher
         scored = {"kind": checkpoint, "step": state["global_step"]}
         if "averaged_steps" in state:

@@ -92,8 +92,10 @@ class Evaluation:
                  f"CER {self.cer:.2%}, loss {self.loss:.3f} ({self.decoder} decoder"
                  + "".join(f", {k}={v}" for k, v in self.decoder_changed.items()) + ")"]
         if self.checkpoint:
+            chosen = self.checkpoint.get("best_by")
             lines.insert(0, f"checkpoint: {self.checkpoint['kind']} "
-                            f"(step {self.checkpoint['step']})")
+                            f"(step {self.checkpoint['step']}"
+                            + (f", the lowest dev {chosen.upper()})" if chosen else ")"))
         for kind, rows in self.samples().items():
             lines.append(f"\n{kind}:")
             for u in rows:

@@ -14,6 +14,7 @@ evaluations without improvement stop the run.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,26 @@ class SplitScorer:
                                     self.progress if progress is None else progress)
 
 
+def ranked(best_by: str, dev: Mapping[str, float]) -> list[float]:
+    """``dev``'s ``best_by`` score (``dev`` maps ``wer``, ``cer`` and ``loss``), then the
+    scores that break its ties: the other error rate, then the loss. A young model writes
+    nothing, so its WER and CER sit at 100 % for many evaluations while its loss falls; without
+    the loss to break the tie that would count as no progress (the first of them kept as best,
+    plateaus and early stopping acting on a model still learning)."""
+    order = {"wer": ("wer", "cer", "loss"), "cer": ("cer", "wer", "loss"), "loss": ("loss",)}
+    return [dev[name] for name in order[best_by]]
+
+
+def improves(score: float, ties: list[float], state: LoopState, min_delta: float) -> bool:
+    """Whether ``score`` (with its tie-breaking ``ties``, :func:`ranked`) beats the best so
+    far: lower by more than ``min_delta``, or equal and better on the ties."""
+    if state.best is None:
+        return True
+    if score < state.best - min_delta:
+        return True
+    return score == state.best and ties < state.best_ties
+
+
 class DevEvaluations:
     """The dev evaluations of one run: when they are due, and what follows each score."""
 
@@ -104,7 +125,8 @@ class DevEvaluations:
         record: dict[str, Any] = {"event": "evaluation", "why": why, "epoch": state.epoch,
                                   "step": state.global_step, "dev_loss": dev.loss,
                                   "dev_wer": dev.wer, "dev_cer": dev.cer}
-        metric = {"loss": dev.loss, "wer": dev.wer, "cer": dev.cer}[config.early_stop_metric]
+        score, *ties = ranked(config.best_by, {"wer": dev.wer, "cer": dev.cer,
+                                                "loss": dev.loss})
         self.records.scalars({f"dev/{name}": record[f"dev_{name}"]
                               for name in ("loss", "wer", "cer")}, state.global_step)
         bar.evaluated(dev.wer, dev.cer)
@@ -112,14 +134,15 @@ class DevEvaluations:
                 else f"epoch {state.epoch + 1}, {why}")
         tqdm.write(f"step {state.global_step} ({when}): dev loss {dev.loss:.3f}, "
                    f"WER {dev.wer:.2%}, CER {dev.cer:.2%}")
-        improved = state.best is None or metric < state.best - config.min_delta
+        improved = improves(score, ties, state, config.min_delta)
         if improved:
-            state.best, state.best_epoch, state.best_step = metric, state.epoch, state.global_step
+            state.best, state.best_ties = score, ties
+            state.best_epoch, state.best_step = state.epoch, state.global_step
             state.evaluations_without_improvement = state.evaluations_since_lr_change = 0
         else:
             state.evaluations_without_improvement += 1
             state.evaluations_since_lr_change += 1
-        lr_change = schedules.after_evaluation(config, state, metric)
+        lr_change = schedules.after_evaluation(config, state, dev.loss)
         if lr_change:
             if lr_change == "plateau" and trained.checkpoints.state("best") is not None:
                 trained.checkpoints.restore("best")  # reload the best weights first, as DeepSpeech

@@ -91,7 +91,7 @@ class Growth:
                         seed=(trained.config.seed + state.epoch) % (MAX_SEED + 1))
         if trained.ema:
             state.ema_from_step = state.global_step
-        state.best, state.best_epoch, state.best_step = None, -1, -1
+        state.best, state.best_ties, state.best_epoch, state.best_step = None, [], -1, -1
         state.evaluations_without_improvement = state.evaluations_since_lr_change = 0
         records.metrics({"event": "grow", "epoch": state.epoch, "layers": layers})
         if records.chief:

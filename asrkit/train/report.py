@@ -82,8 +82,8 @@ def final_report(trained: TrainedModel, scorer: SplitScorer, state: LoopState,
     best = trained.checkpoints.state("best") if state.best_step >= 0 else None
     if best is not None:
         trained.checkpoints.restore("best")
-        checkpoint = {"kind": "best", "step": best["global_step"],
-                      f"dev_{config.early_stop_metric}": best["best"]}
+        checkpoint = {"kind": "best", "step": best["global_step"], "best_by": config.best_by,
+                      f"dev_{config.best_by}": best["best"]}
     else:
         checkpoint = {"kind": "latest", "step": state.global_step}
     for split in ("test", config.dev_split):

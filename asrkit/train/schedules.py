@@ -136,9 +136,11 @@ class Schedule:
 
 
 def after_evaluation(config: TrainConfig, state: LoopState, score: float) -> str:
-    """Change ``state.lr_factor`` after a dev evaluation scored ``score`` (lower is better; the
-    caller has already counted it in ``state.evaluations_since_lr_change``); return why it
-    changed (``"plateau"``, ``"newbob"``) or ``""``."""
+    """Change ``state.lr_factor`` after a dev evaluation (the caller has already counted it in
+    ``state.evaluations_since_lr_change``); return why it changed (``"plateau"``, ``"newbob"``)
+    or ``""``. ``newbob`` follows ``score``, the dev loss (RETURNN's dev score): it keeps
+    falling while a young model's error rates sit at 100 %, which would halve the rate for
+    nothing."""
     why = ""
     patience = config.plateau_patience
     if patience and state.evaluations_since_lr_change >= patience:

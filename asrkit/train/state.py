@@ -7,7 +7,7 @@ only plain values; the schedule (:mod:`asrkit.train.schedules`) and the dev eval
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -19,7 +19,10 @@ class LoopState:
     step_in_epoch: int = 0
     global_step: int = 0
     lr_factor: float = 1.0
+    #: The best dev score by ``best_by``, and the scores that break its ties (the other rate,
+    #: the loss).
     best: float | None = None
+    best_ties: list[float] = field(default_factory=list)
     best_epoch: int = -1
     #: The global step of the best checkpoint, and of the last dev evaluation (-1: none yet).
     best_step: int = -1
