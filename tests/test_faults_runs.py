@@ -266,7 +266,8 @@ def test_a_lock_left_by_another_host_is_not_taken_over(tmp_path):
     folder = tmp_path / "run"
     lock_path(folder).write_text(json.dumps(
         {"pid": 1, "host": "elsewhere", "started": 0, "command": "asrkit train"}))
-    refused = r"locked by pid 1 on elsewhere, since 1970.*; if it does not, delete .*run\.lock"
+    refused = (r"locked by pid 1 on elsewhere, since 1970.*; once sure it has ended, run "
+               r"`asrkit unlock .*run --force`")
     with pytest.raises(AsrkitError, match=refused), folder_lock(folder, "training"):
         pass
     assert lock_path(folder).exists()

@@ -1,18 +1,23 @@
-"""One writer at a time for a run folder or a dataset folder.
+"""One writer at a time for a run folder, a dataset folder or a download.
 
-Two trainings writing into one run folder interleave their checkpoints and metrics, and two
-imports into one dataset folder overwrite each other's files. The writer (``asrkit train``,
-``asrkit import``) holds a lock on the folder; a second one is refused in one line naming the
-owner. Readers (``evaluate``, ``transcribe``, ``export``) take no lock: every file they read is
-replaced atomically.
+Two trainings writing into one run folder interleave their checkpoints and metrics, two
+imports into one dataset folder overwrite each other's files, and two downloads of one file
+append to one ``.part``. The writer (``asrkit train``, ``asrkit import``, a download) holds a
+lock on the folder or file; a second one is refused in one line naming the owner. Readers
+(``evaluate``, ``transcribe``, ``export``) take no lock: every file they read is replaced
+atomically.
 
 The lock is ``<folder>.lock``, beside the folder (its real path, links resolved, so that a link
 to the folder finds the same lock) rather than in it, so that an import with ``--force`` can
-remove the whole dataset folder while holding it. The kernel's ``flock`` on that
-file makes taking it atomic and lets it go when its process dies, however it dies; the file
-holds the owner's pid, host, start time and command, for the message. A lock file left by a
-process of this host that died is stale: it is taken over with a warning. One left by another
-host (a shared filesystem) is not judged: the message says to delete it if its owner is gone.
+remove the whole dataset folder while holding it. The kernel's ``flock`` on that file makes
+taking it atomic and lets it go when its process dies, however it dies; the file holds the
+owner's pid, host, start time and command, for the message, and the process's start in clock
+ticks since boot with the boot's id, so that a pid reused by another process (or after a
+reboot) is not taken for the owner by :func:`lock_held`, which reads the file without taking
+the lock. A lock file left by a process of this host that died is stale: it is taken over with
+a warning. One left by another host (a shared filesystem) cannot be judged from here, so it is
+respected: the message names that host and pid and says to run ``asrkit unlock FOLDER --force``
+once sure it is gone (:func:`unlock`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,20 @@ from typing import Any
 
 from asrkit.core.errors import AsrkitError
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+class LockError(AsrkitError):
+    """A folder is locked by a process that runs, or may run (on another host)."""
+
+
+class _Held(Exception):
+    """Another process holds the ``flock`` of a lock file; ``owner`` is what the file says."""
+
+    def __init__(self, owner: dict[str, Any]) -> None:
+        super().__init__()
+        self.owner = owner
+
 
 def lock_path(folder: str | Path) -> Path:
     """``<folder>.lock`` beside the real folder: links resolved, so that ``runs/x`` and a link
@@ -47,6 +66,56 @@ def describe(owner: dict[str, Any]) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(owner.get("started", 0)))
     return (f"pid {owner.get('pid')} on {owner.get('host')}, since {started}: "
             f"{owner.get('command', '?')}")
+
+
+def boot_id() -> str | None:
+    """This boot's id (Linux); a pid recorded in another boot names no process of this one."""
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of
+    ``/proc/PID/stat``, Linux); ``None`` where unknown. A pid the kernel reuses gets another
+    start time, so pid and start time together name one process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:  # the command name (field 2) is in parentheses and may hold spaces and parentheses
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def is_foreign(owner: dict[str, Any]) -> bool:
+    """Whether ``owner`` names a process of another host, which cannot be checked from here."""
+    return bool(owner.get("host")) and owner.get("host") != socket.gethostname()
+
+
+def owner_alive(owner: dict[str, Any]) -> bool | None:
+    """Whether the process ``owner`` names still runs: ``None`` when that cannot be told from
+    here (another host, no pid). A live pid whose start time or boot differs from the one
+    recorded is another process that reuses it. Lock files written before the start time was
+    recorded are judged by their pid alone."""
+    pid = owner.get("pid")
+    if is_foreign(owner) or not owner.get("host") or type(pid) is not int or pid <= 0:
+        return None
+    recorded_boot, current_boot = owner.get("boot_id"), boot_id()
+    if recorded_boot and current_boot and recorded_boot != current_boot:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, as another user's
+    recorded_start = owner.get("start_ticks")
+    current_start = start_ticks(pid)
+    return not (recorded_start is not None and current_start is not None
+                and recorded_start != current_start)
 
 
 def _read_owner(descriptor: int) -> dict[str, Any]:
@@ -66,53 +135,73 @@ def _owner_of_held_lock(descriptor: int, patience: float = 2.0) -> dict[str, Any
     return owner
 
 
-@contextlib.contextmanager
-def folder_lock(folder: str | Path, purpose: str,
-                hint: str = "wait for it to finish") -> Iterator[None]:
-    """Hold ``folder``'s lock for a ``purpose`` (``training``, ``import``) while the block runs;
-    an :class:`AsrkitError` naming the owner and ending with ``hint`` if another process holds
-    it."""
-    folder = Path(folder)
-    path = lock_path(folder)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _take(path: Path, create: bool) -> int:
+    """A descriptor of the lock file ``path`` with its ``flock`` taken; :class:`_Held` when
+    another process holds it, ``FileNotFoundError`` when there is no such file and ``create``
+    is false."""
     while True:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
-            owner = _owner_of_held_lock(descriptor)
+            owner = _owner_of_held_lock(descriptor) if error.errno in (
+                errno.EAGAIN, errno.EACCES) else None
             os.close(descriptor)
-            if error.errno not in (errno.EAGAIN, errno.EACCES):
-                raise AsrkitError(f"cannot lock {path} ({error.strerror}); the filesystem "
-                                  "may not support locks") from None
-            raise AsrkitError(
-                f"{folder} is in use by another {purpose} ({describe(owner)}); {hint}"
-            ) from None
+            if owner is None:
+                raise LockError(f"cannot lock {path} ({error.strerror}); the filesystem may "
+                                "not support locks") from None
+            raise _Held(owner) from None
         # The owner may have removed the file between our open and our flock: then we hold
         # a lock on a file nobody else sees, and must start again on the new one.
         try:
             if os.stat(path).st_ino == os.fstat(descriptor).st_ino:
-                break
+                return descriptor
         except FileNotFoundError:
             pass
         os.close(descriptor)
-    host = socket.gethostname()
+
+
+def _foreign_lock(folder: Path, owner: dict[str, Any]) -> str:
+    """The cross-host rule: a lock of another host is respected, since whether its owner
+    still runs cannot be told from here; the user, who can, removes it with ``unlock``."""
+    return (f"{folder} is locked by {describe(owner)}, and from {socket.gethostname()} one "
+            f"cannot tell whether that still runs; once sure it has ended, run "
+            f"`asrkit unlock {folder} --force`")
+
+
+def _owner_record(purpose: str) -> dict[str, Any]:
+    pid = os.getpid()
+    return {"pid": pid, "host": socket.gethostname(), "started": time.time(),
+            "start_ticks": start_ticks(pid), "boot_id": boot_id(),
+            "command": shlex.join(["asrkit", *sys.argv[1:]]), "purpose": purpose}
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | Path, purpose: str,
+                hint: str = "wait for it to finish") -> Iterator[None]:
+    """Hold ``folder``'s lock for a ``purpose`` (``training``, ``import``) while the block runs;
+    a :class:`LockError` naming the owner and ending with ``hint`` if another process holds
+    it, or naming the host if a process of another host left it."""
+    folder = Path(folder)
+    path = lock_path(folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = _take(path, create=True)
+    except _Held as held:
+        raise LockError(
+            f"{folder} is in use by another {purpose} ({describe(held.owner)}); {hint}"
+        ) from None
     stale = _read_owner(descriptor)
-    if stale and stale.get("host") != host:
+    if is_foreign(stale):
         os.close(descriptor)
-        raise AsrkitError(
-            f"{folder} is locked by {describe(stale)}, and from {host} one cannot tell whether "
-            f"that still runs; if it does not, delete {path}"
-        )
+        raise LockError(_foreign_lock(folder, stale))
     try:
         if stale:
             print(f"asrkit: warning: took over the stale lock of {folder} from pid "
                   f"{stale.get('pid')} (its {stale.get('purpose', purpose)} was interrupted and "
                   "no longer runs)", file=sys.stderr)
-        owner = {"pid": os.getpid(), "host": host, "started": time.time(),
-                 "command": shlex.join(["asrkit", *sys.argv[1:]]), "purpose": purpose}
         os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, (json.dumps(owner) + "\n").encode(), 0)
+        os.pwrite(descriptor, (json.dumps(_owner_record(purpose)) + "\n").encode(), 0)
         os.fsync(descriptor)
         yield
     finally:
@@ -124,8 +213,9 @@ def folder_lock(folder: str | Path, purpose: str,
 def lock_held(folder: str | Path) -> bool:
     """Whether a live process holds ``folder``'s lock. Read without taking it (taking it, even
     for a moment, could refuse an owner that starts then): the lock file exists only while its
-    owner lives, unless the owner was killed with SIGKILL; then, on this host, its pid is gone.
-    A lock of another host is taken to be alive."""
+    owner lives, unless the owner was killed with SIGKILL; then, on this host, its pid is gone
+    or names another process (another start time or boot). A lock of another host is taken to
+    be alive."""
     path = lock_path(folder)
     try:
         owner = json.loads(path.read_text() or "{}")
@@ -133,12 +223,35 @@ def lock_held(folder: str | Path) -> bool:
         return False
     except (OSError, ValueError):
         return True  # being written
-    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname():
+    if not isinstance(owner, dict):
         return True
+    return owner_alive(owner) is not False
+
+
+def unlock(folder: str | Path, force: bool = False) -> dict[str, Any] | None:
+    """Remove ``folder``'s stale lock; return what it said of its owner (``None``: there was
+    no lock). A lock whose owner runs on this host is never removed; one of another host only
+    with ``force``, since from here one cannot tell whether its owner still runs."""
+    folder = Path(folder)
+    path = lock_path(folder)
     try:
-        os.kill(int(owner.get("pid", 0)), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, TypeError):
-        return True
-    return True
+        descriptor = _take(path, create=False)
+    except FileNotFoundError:
+        return None
+    except _Held as held:
+        raise LockError(_still_runs(folder, held.owner)) from None
+    try:
+        owner = _read_owner(descriptor)
+        if owner_alive(owner):
+            raise LockError(_still_runs(folder, owner))
+        if is_foreign(owner) and not force:
+            raise LockError(_foreign_lock(folder, owner))
+        os.unlink(path)
+        return owner
+    finally:
+        os.close(descriptor)
+
+
+def _still_runs(folder: Path, owner: dict[str, Any]) -> str:
+    return (f"{folder} is locked by {describe(owner)}, which still runs; wait for it to end "
+            "(or stop it), then rerun")

@@ -11,6 +11,13 @@ that same checksum: a file verified against one mirror's ``SHA256SUMS`` is verif
 against the published sha256 when it is next used without that mirror (and set aside and
 downloaded again when it does not match), so a mirror cannot leave a file in the downloads
 folder that passes for the real one.
+
+One process at a time downloads a file: ``<file>.lock`` (:mod:`asrkit.core.locks`) is held from
+the first look at the file to its verification, so two imports of one archive never append to
+one ``.part``; the second is refused in one line naming the first. A mirror's ``SHA256SUMS`` is
+read up to :data:`MAX_CHECKSUMS_BYTES`, so a wrong or hostile mirror cannot fill the memory with
+it. A download over plain ``http://``, and one taken without verification (``--no-verify``),
+each print one warning line: either leaves the file's integrity to the network.
 """
 
 from __future__ import annotations
@@ -29,12 +36,17 @@ from tqdm import tqdm
 
 from asrkit.core.errors import AsrkitError
 from asrkit.core.files import replace_durably
+from asrkit.core.locks import folder_lock
 from asrkit.types import Resource
 
 CHUNK = 1 << 20
 #: Read size of a streamed download: what a dropped connection can lose, at most.
 STREAM_CHUNK = 64 << 10
 CHECKSUM_FILE = "SHA256SUMS"
+#: The most a mirror's ``SHA256SUMS`` may hold (a line per file: thousands of files).
+MAX_CHECKSUMS_BYTES = 1 << 20
+#: Where a checksum from the mirror's ``SHA256SUMS`` came from, as messages name it.
+MIRROR_ORIGIN = f"{CHECKSUM_FILE} of the mirror"
 #: HTTP statuses worth retrying: the server or a proxy is momentarily unable to answer.
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
@@ -89,17 +101,40 @@ def mirror_checksums(url: str, options: DownloadOptions) -> dict[str, str]:
     """The mirror's own ``SHA256SUMS`` beside ``url`` (file name -> sha256); empty if none."""
     sums_url = url.rsplit("/", 1)[0] + "/" + CHECKSUM_FILE
     try:
-        response = requests.get(sums_url, timeout=options.timeout)
+        text = _read_capped(sums_url, MAX_CHECKSUMS_BYTES, options)
     except requests.RequestException:
         return {}
-    if response.status_code != 200:
-        return {}
     sums = {}
-    for line in response.text.splitlines():
+    for line in (text or "").splitlines():
         parts = line.split()
         if len(parts) == 2:
             sums[parts[1].lstrip("*")] = parts[0].lower()
     return sums
+
+
+def _read_capped(url: str, limit: int, options: DownloadOptions) -> str | None:
+    """The text at ``url`` (``None`` unless it answers 200), read in chunks and refused past
+    ``limit`` bytes: a small file read whole, which a server must not make large."""
+    headers = {"Accept-Encoding": "identity"}  # what is counted is what is sent
+    with requests.get(url, headers=headers, stream=True, timeout=options.timeout) as response:
+        if response.status_code != 200:
+            return None
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise _too_large(url, limit)
+        data = bytearray()
+        for chunk in response.iter_content(STREAM_CHUNK):
+            data += chunk
+            if len(data) > limit:
+                raise _too_large(url, limit)
+    return data.decode("utf-8", errors="replace")
+
+
+def _too_large(url: str, limit: int) -> DownloadError:
+    return DownloadError(
+        f"{url} is larger than the {limit:,} bytes a {CHECKSUM_FILE} may be; the mirror is "
+        "wrong or hostile: check --mirror, or import without it"
+    )
 
 
 def expected_for(resource: Resource, url: str, options: DownloadOptions) -> Expected:
@@ -108,7 +143,7 @@ def expected_for(resource: Resource, url: str, options: DownloadOptions) -> Expe
     if options.mirror:
         sums = mirror_checksums(url, options)
         if resource.filename in sums:
-            return Expected(None, sums[resource.filename], f"{CHECKSUM_FILE} of the mirror")
+            return Expected(None, sums[resource.filename], MIRROR_ORIGIN)
     return Expected(resource.size, resource.sha256, "published values")
 
 
@@ -191,7 +226,8 @@ def fetch(resource: Resource, directory: Path, options: DownloadOptions,
     """Download ``resource`` into ``directory`` (resuming) and verify it against ``expected``
     (by default :func:`expected_for`); return the path and its sha256. A file verified on an
     earlier run against the same checksum is not read again; one verified against another
-    checksum is verified again, and downloaded again when it does not match."""
+    checksum is verified again, and downloaded again when it does not match. The file's lock
+    is held throughout: another process fetching it is refused."""
     if not resource.url:
         raise DownloadError(f"{resource.filename} has no download URL; pass --archive PATH")
     url = mirrored(resource.url, options.mirror)
@@ -203,6 +239,16 @@ def fetch(resource: Resource, directory: Path, options: DownloadOptions,
             f"no sha256 is known for {resource.filename}; serve a {CHECKSUM_FILE} beside it on "
             "the mirror, or pass --no-verify to import it unverified"
         )
+    if not options.verify:
+        _warn(f"{resource.filename} is not verified (--no-verify): whatever the server sends "
+              "is imported")
+    with folder_lock(final, "download", "wait for it to finish, then rerun"):
+        return _fetch_locked(url, final, expected, options)
+
+
+def _fetch_locked(url: str, final: Path, expected: Expected,
+                  options: DownloadOptions) -> tuple[Path, str]:
+    """:func:`fetch`'s work on ``final``, whose lock the caller holds."""
     known = _verified_before(final, expected)
     if known is not None:
         return final, known
@@ -213,14 +259,32 @@ def fetch(resource: Resource, directory: Path, options: DownloadOptions,
             _record_verified(final, digest, expected)
             return final, digest
         aside = _set_aside(final)
-        print(f"asrkit: warning: {final} {problem} ({expected.origin}); set aside as "
-              f"{aside.name}, downloading it again", file=sys.stderr)
+        _warn(f"{final} {problem} ({expected.origin}); set aside as {aside.name}, downloading "
+              "it again")
+    if urlsplit(url).scheme == "http":
+        _warn(_plain_http(url, expected, options))
     partial = final.with_name(final.name + ".part")
     streamed = _download(url, partial, expected.size, options)
     replace_durably(partial, final)
     digest = verify_file(final, expected, options, digest=streamed)
     _record_verified(final, digest, expected)
     return final, digest
+
+
+def _plain_http(url: str, expected: Expected, options: DownloadOptions) -> str:
+    """The warning for a download anyone on the way can alter, saying what still guards it."""
+    if not options.verify or expected.sha256 is None:
+        guard = "and nothing checks it (--no-verify)"
+    elif expected.origin == MIRROR_ORIGIN:
+        guard = f"so can the {CHECKSUM_FILE} it is checked against"
+    else:
+        guard = "only its check against the published sha256 guards it"
+    return (f"{url} is downloaded over plain http, which anyone on the way can alter; {guard}: "
+            "prefer an https mirror")
+
+
+def _warn(message: str) -> None:
+    print(f"asrkit: warning: {message}", file=sys.stderr)
 
 
 class _Hash:
