@@ -47,6 +47,7 @@ CHECKSUM_FILE = "SHA256SUMS"
 MAX_CHECKSUMS_BYTES = 1 << 20
 #: Where a checksum from the mirror's ``SHA256SUMS`` came from, as messages name it.
 MIRROR_ORIGIN = f"{CHECKSUM_FILE} of the mirror"
+PUBLISHED = "published values"
 #: HTTP statuses worth retrying: the server or a proxy is momentarily unable to answer.
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
@@ -144,7 +145,7 @@ def expected_for(resource: Resource, url: str, options: DownloadOptions) -> Expe
         sums = mirror_checksums(url, options)
         if resource.filename in sums:
             return Expected(None, sums[resource.filename], MIRROR_ORIGIN)
-    return Expected(resource.size, resource.sha256, "published values")
+    return Expected(resource.size, resource.sha256, PUBLISHED)
 
 
 def mismatch(path: Path, expected: Expected, digest: str) -> str | None:
@@ -261,7 +262,7 @@ def _fetch_locked(url: str, final: Path, expected: Expected,
         aside = _set_aside(final)
         _warn(f"{final} {problem} ({expected.origin}); set aside as {aside.name}, downloading "
               "it again")
-    if urlsplit(url).scheme == "http":
+    if urlsplit(url).scheme == "http" and (expected.origin != PUBLISHED or not options.verify):
         _warn(_plain_http(url, expected, options))
     partial = final.with_name(final.name + ".part")
     streamed = _download(url, partial, expected.size, options)
@@ -272,13 +273,13 @@ def _fetch_locked(url: str, final: Path, expected: Expected,
 
 
 def _plain_http(url: str, expected: Expected, options: DownloadOptions) -> str:
-    """The warning for a download anyone on the way can alter, saying what still guards it."""
+    """The warning for a download anyone on the way can alter, saying what still guards it. A
+    file checked against the importer's published sha256 gets none: the check guards it
+    whatever the transport."""
     if not options.verify or expected.sha256 is None:
         guard = "and nothing checks it (--no-verify)"
-    elif expected.origin == MIRROR_ORIGIN:
-        guard = f"so can the {CHECKSUM_FILE} it is checked against"
     else:
-        guard = "only its check against the published sha256 guards it"
+        guard = f"so can the {CHECKSUM_FILE} it is checked against"
     return (f"{url} is downloaded over plain http, which anyone on the way can alter; {guard}: "
             "prefer an https mirror")
 

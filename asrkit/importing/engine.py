@@ -120,7 +120,7 @@ def _fetch(resources: list[Resource], config: ImportConfig,
                 raise AsrkitError(f"{path} does not exist")
             digest = None
             if path.is_file():
-                expected = download.Expected(resource.size, resource.sha256, "published values")
+                expected = download.Expected(resource.size, resource.sha256, download.PUBLISHED)
                 digest = download.verify_file(path, expected, options, set_aside=False)
         elif resource.url is None:
             raise AsrkitError(
