@@ -31,12 +31,12 @@ if TYPE_CHECKING:
               help="One JSON object a line per file: text, duration, confidence, and words "
                    "with start/end seconds and confidence.")
 @click.option("--chunk-seconds", type=FiniteFloat(min=1.0), default=20.0,
-              show_default=True, help="Longest piece decoded at once; longer recordings are "
-                                      "cut (in pauses) and stitched.")
+              show_default=True, help="Longest piece decoded at once (at most 300); longer "
+                                      "recordings are cut (in pauses) and stitched.")
 @click.option("--overlap-seconds", type=FiniteFloat(min=0.0), default=2.0,
               show_default=True, help="Audio added on each side of a piece, so that words at "
                                       "a cut are heard whole; keep it longer than the longest "
-                                      "word.")
+                                      "word (at most 30).")
 @click.option("-o", "settings", multiple=True, metavar="decoder.KEY=VALUE",
               help="A decoder setting, e.g. decoder.beam_width=100 (see docs/decoders.md).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
@@ -47,18 +47,21 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     """Transcribe audio files, or every audio file under directories.
 
     Any format, sample rate and channel count sox reads (WAV, FLAC, MP3, Ogg, Opus, ...) is
-    converted to 16 kHz mono on the fly. A file that cannot be read is reported on one line and
+    converted to 16 kHz mono on the fly, as a stream: memory holds one piece of a recording,
+    not the whole of it. A file that cannot be read is reported on one line and
     the others still transcribe; the exit status is then 1.
     """
     from asrkit.config.overrides import parse_decoder_choice
     from asrkit.serving.transcribe import (
         Options,
         audio_files,
+        check_window_seconds,
         load_recognizer,
         resolve_decoder,
         transcribe_files,
     )
 
+    check_window_seconds(chunk_seconds, overlap_seconds)  # before any file is read or model loaded
     choice = parse_decoder_choice(decoder, settings)  # the one reading of --decoder and -o
     files = list(audio_files(inputs))
     if not files:

@@ -1,9 +1,14 @@
 """Transcribing recordings of any format, rate, channel count and length.
 
 Audio
-    Files are decoded by :func:`asrkit.dataset.audio.decode`: 16 kHz mono PCM in-process, anything
-    else (8 kHz, 44.1 kHz stereo, FLAC, Ogg, Opus, MP3, ...) through sox, which mixes channels
-    down and resamples, so the model hears exactly what it was trained on.
+    A file is read as a stream (:mod:`asrkit.serving.audio_stream`): 16 kHz mono PCM in-process,
+    anything else (8 kHz, 44.1 kHz stereo, FLAC, Ogg, Opus, MP3, ...) through a sox process
+    piping 16 kHz mono 16-bit PCM, which mixes channels down and resamples, so the model hears
+    exactly what it was trained on (the samples :func:`asrkit.dataset.audio.decode` gives). A
+    recording that fits in one window is read once and kept; a longer one is read twice, first
+    to count its samples (windows are planned from its length) and then window by window, so
+    that memory holds one window, not the recording: a 10-hour 48 kHz stereo file would
+    otherwise be gigabytes of bytes and samples at once.
 
 Models
     :func:`load_recognizer` takes a run folder (its ``best`` or ``latest`` checkpoint) or an
@@ -22,6 +27,9 @@ Long recordings
     there is none). Every word is taken from the one window whose seams enclose its centre, so a
     word in an overlap is neither dropped nor doubled, provided the overlap is longer than the
     word: the window that keeps a word then hears all of it.
+    A window is at most :data:`MAX_CHUNK_SECONDS` plus twice :data:`MAX_OVERLAP_SECONDS` long,
+    because what a beam or language-model decoder's text costs to align grows with the square
+    of a window's length (:func:`check_window_seconds`).
 
 Words, times and confidence
     The decoder gives each window's text. Word times come from the CTC alignment of that text:
@@ -42,6 +50,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +66,7 @@ from asrkit.core.frames import SAMPLE_RATE, frame_seconds
 from asrkit.dataset.audio import SOX_TYPES, AudioError, decode
 from asrkit.evaluation.restore import load_run_model
 from asrkit.plugins import one_line
+from asrkit.serving.audio_stream import AudioStream, measure_audio
 from asrkit.serving.export import ExportedModel, is_export
 from asrkit.serving.graph import make_logits_fn
 from asrkit.types import Decoder
@@ -70,6 +81,16 @@ if TYPE_CHECKING:
 #: small, and 2 s each side is longer than nearly any word, so overlapping words are seen whole.
 DEFAULT_CHUNK_SECONDS = 20.0
 DEFAULT_OVERLAP_SECONDS = 2.0
+#: Longest core and overlap ``transcribe`` accepts. A decoder whose text is not the greedy path
+#: (beam search, a language model) has it aligned by :func:`ctc_align`, which keeps a byte per
+#: output frame and alignment state: frames x (2 x characters + 1), the square of a window's
+#: length (about 3000 x seconds² bytes at 10 ms frames and 15 characters a second of speech),
+#: and takes as long. 300 s (windows of 6 minutes at most) is 0.3 GB and seconds a window; an
+#: hour would be 39 GB. A conformer's attention grows with the square too; and no model is
+#: trained on utterances of minutes, so longer windows add cost, not context.
+MAX_CHUNK_SECONDS = 300.0
+#: ... an overlap need only be longer than a word.
+MAX_OVERLAP_SECONDS = 30.0
 #: Energy of the audio is measured over this much around each candidate cut (a pause is longer
 #: than a stop consonant's closure, which is shorter than 100 ms).
 ENERGY_WINDOW_SECONDS = 0.1
@@ -79,6 +100,10 @@ ENERGY_HOP_SECONDS = 0.01
 AUDIO_EXTENSIONS = frozenset(set(SOX_TYPES) - {".raw"} | {".oga", ".wv", ".caf", ".w64"})
 #: int16 PCM to [-1, 1): the training pipeline's scale.
 PCM_SCALE = 32768.0
+
+
+class WindowSizeError(AsrkitError):
+    """A chunk or overlap length outside what transcription accepts."""
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -238,19 +263,44 @@ def resolve_decoder(choice: DecoderChoice, recognizer: Recognizer) -> tuple[Deco
 # -- windows ------------------------------------------------------------------------------------
 
 
+def check_window_seconds(chunk_seconds: float, overlap_seconds: float) -> None:
+    """A one-line :class:`WindowSizeError` when a chunk or overlap is out of bounds (see
+    :data:`MAX_CHUNK_SECONDS`), before any audio is read or model loaded."""
+    if not 0 < chunk_seconds <= MAX_CHUNK_SECONDS:
+        raise WindowSizeError(
+            f"--chunk-seconds {chunk_seconds:g} is outside 0 < S <= {MAX_CHUNK_SECONDS:g} (the "
+            "alignment of a window grows with the square of its length); choose at most "
+            f"{MAX_CHUNK_SECONDS:g}: longer recordings are cut and stitched anyway")
+    if not 0 <= overlap_seconds <= MAX_OVERLAP_SECONDS:
+        raise WindowSizeError(
+            f"--overlap-seconds {overlap_seconds:g} is outside 0 <= S <= "
+            f"{MAX_OVERLAP_SECONDS:g}; choose at most {MAX_OVERLAP_SECONDS:g} (longer than the "
+            "longest word is enough)")
+
+
+def energy_width(rate: int = SAMPLE_RATE) -> int:
+    """Samples of :data:`ENERGY_WINDOW_SECONDS`: a cut is searched this much beyond its
+    radius on each side (half of it), which a stream must have read first."""
+    return max(1, int(ENERGY_WINDOW_SECONDS * rate))
+
+
 def quietest_point(samples: np.ndarray, centre: int, radius: int,
-                   rate: int = SAMPLE_RATE) -> int:
+                   rate: int = SAMPLE_RATE, offset: int = 0) -> int:
     """The sample within ``radius`` of ``centre`` at the middle of the quietest
-    :data:`ENERGY_WINDOW_SECONDS` (nearest ``centre`` among equals)."""
+    :data:`ENERGY_WINDOW_SECONDS` (nearest ``centre`` among equals).
+
+    ``samples`` start at sample ``offset`` of the recording: a stream passes the stretch it has
+    read, which must hold all of ``centre`` ± (``radius`` + half an energy window) that the
+    recording has, and gets the cut the whole recording would give."""
     import numpy as np
 
-    width = max(1, int(ENERGY_WINDOW_SECONDS * rate))
+    width = energy_width(rate)
     hop = max(1, int(ENERGY_HOP_SECONDS * rate))
-    lo = max(0, centre - radius - width // 2)
-    hi = min(len(samples), centre + radius + width // 2)
+    lo = max(offset, centre - radius - width // 2)
+    hi = min(offset + len(samples), centre + radius + width // 2)
     if hi - lo <= width:
         return centre
-    signal = samples[lo:hi].astype(np.float64)
+    signal = samples[lo - offset:hi - offset].astype(np.float64)
     cumulative = np.concatenate([[0.0], np.cumsum(signal * signal)])
     starts = np.arange(0, hi - lo - width + 1, hop)
     energy = cumulative[starts + width] - cumulative[starts]
@@ -259,25 +309,124 @@ def quietest_point(samples: np.ndarray, centre: int, radius: int,
     return int(positions[order[0]])
 
 
-def plan_windows(samples: np.ndarray, chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
-                 overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
-                 rate: int = SAMPLE_RATE) -> list[Window]:
-    """Windows covering ``samples``: one if it fits in a chunk plus an overlap, else cores of
-    equal nominal length (at most ``chunk_seconds``) whose boundaries move to the quietest spot
-    within half an overlap, each widened by ``overlap_seconds`` each side."""
-    total = len(samples)
-    chunk = max(1, int(chunk_seconds * rate))
+@dataclass(frozen=True)
+class Cuts:
+    """Where a recording of ``total`` samples is cut, before looking at it: the cores' nominal
+    boundaries (none: one window), how far each may move to a pause, and the overlap."""
+
+    total: int
+    nominal: list[int]
+    radius: int
+    overlap: int
+
+    def window(self, lo: int, hi: int) -> Window:
+        """The window of the core ``lo..hi``: the core and an overlap each side."""
+        return Window(max(0, lo - self.overlap), min(self.total, hi + self.overlap), lo, hi)
+
+
+def single_window_samples(chunk_seconds: float, overlap_seconds: float,
+                          rate: int = SAMPLE_RATE) -> int:
+    """The longest recording decoded as one window: a chunk plus an overlap."""
+    return max(1, int(chunk_seconds * rate)) + max(0, int(overlap_seconds * rate))
+
+
+def plan_cuts(total: int, chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+              overlap_seconds: float = DEFAULT_OVERLAP_SECONDS, rate: int = SAMPLE_RATE) -> Cuts:
+    """One window if ``total`` fits in a chunk plus an overlap, else cores of equal nominal
+    length (at most ``chunk_seconds``) whose boundaries may move within half an overlap."""
     overlap = max(0, int(overlap_seconds * rate))
-    if total <= chunk + overlap:
-        return [Window(0, total, 0, total)]
+    if total <= single_window_samples(chunk_seconds, overlap_seconds, rate):
+        return Cuts(total, [], 0, overlap)
+    chunk = max(1, int(chunk_seconds * rate))
     count = math.ceil(total / chunk)
     core = total / count
     # A boundary moves at most a quarter of a core, so cores never cross or vanish.
     radius = min(overlap // 2, int(core // 4))
-    boundaries = [quietest_point(samples, round(k * core), radius, rate) for k in range(1, count)]
-    edges = [0, *boundaries, total]
-    return [Window(max(0, lo - overlap), min(total, hi + overlap), lo, hi)
-            for lo, hi in itertools.pairwise(edges)]
+    return Cuts(total, [round(k * core) for k in range(1, count)], radius, overlap)
+
+
+def plan_windows(samples: np.ndarray, chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+                 overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
+                 rate: int = SAMPLE_RATE) -> list[Window]:
+    """Windows covering ``samples`` (:func:`plan_cuts`), each boundary moved to the quietest
+    spot within its radius, each core widened by ``overlap_seconds`` each side."""
+    cuts = plan_cuts(len(samples), chunk_seconds, overlap_seconds, rate)
+    boundaries = [quietest_point(samples, nominal, cuts.radius, rate) for nominal in cuts.nominal]
+    edges = [0, *boundaries, cuts.total]
+    return [cuts.window(lo, hi) for lo, hi in itertools.pairwise(edges)]
+
+
+class SampleBuffer:
+    """The samples of a stream from ``start`` on, read only as far as asked: a window and the
+    stretch searched for the next cut, never the whole recording. The stream must hold
+    ``total`` samples, as its first reading counted; anything else is a file that changed."""
+
+    def __init__(self, blocks: Iterator[np.ndarray], total: int) -> None:
+        import numpy as np
+
+        self._blocks = blocks
+        self.total = total
+        self.start = 0
+        self.samples = np.empty(0, np.int16)
+
+    def fill(self, end: int) -> None:
+        """Read until the buffer reaches sample ``end`` (at most ``total``)."""
+        import numpy as np
+
+        end = min(end, self.total)
+        have = self.start + len(self.samples)
+        parts = [self.samples]
+        while have < end:
+            block = next(self._blocks, None)
+            if block is None:
+                raise _changed()
+            parts.append(block)
+            have += len(block)
+        if len(parts) > 1:
+            self.samples = np.concatenate(parts)
+
+    def take(self, lo: int, hi: int) -> np.ndarray:
+        """Samples ``lo..hi`` of the recording (``lo`` not yet dropped)."""
+        self.fill(hi)
+        return self.samples[lo - self.start:hi - self.start]
+
+    def drop(self, before: int) -> None:
+        """Forget the samples before ``before``: no window or cut needs them any more."""
+        if before > self.start:
+            self.samples = self.samples[before - self.start:].copy()
+            self.start = before
+
+    def finish(self) -> None:
+        """Read the stream to its end (which reports a decoder's failure); more samples than
+        counted is a changed file too."""
+        extra = sum(len(block) for block in self._blocks)
+        if self.start + len(self.samples) + extra > self.total:
+            raise _changed()
+
+
+def _changed() -> AudioError:
+    return AudioError("the file changed while it was being transcribed; transcribe it again")
+
+
+def stream_windows(buffer: SampleBuffer, cuts: Cuts,
+                   rate: int = SAMPLE_RATE) -> Iterator[tuple[Window, np.ndarray]]:
+    """The windows :func:`plan_windows` gives for the whole recording, with their samples, read
+    from a stream as they are needed: each cut is placed once the stretch around it is read,
+    and what lies before the next window and the next cut's search is forgotten."""
+    reach = cuts.radius + energy_width(rate) // 2
+    lo = 0
+    for k, nominal in enumerate([*cuts.nominal, None]):
+        if nominal is None:
+            hi = cuts.total
+        else:
+            buffer.fill(nominal + reach)
+            hi = quietest_point(buffer.samples, nominal, cuts.radius, rate, buffer.start)
+        window = cuts.window(lo, hi)
+        yield window, buffer.take(window.start, window.end)
+        following = cuts.nominal[k + 1] - reach if k + 1 < len(cuts.nominal) else hi
+        buffer.drop(max(0, min(hi - cuts.overlap, following)))
+        lo = hi
+    buffer.finish()
 
 
 # -- alignment ----------------------------------------------------------------------------------
@@ -471,24 +620,78 @@ def transcribe_samples(samples: np.ndarray, recognizer: Recognizer, decoder: Dec
     """Transcribe 16 kHz mono samples (int16, or float in [-1, 1]) of any length.
 
     ``on_window(done, total)`` is called after each window (progress bars)."""
+    check_window_seconds(chunk_seconds, overlap_seconds)
+    windows = plan_windows(samples, chunk_seconds, overlap_seconds)
+    pieces = ((window, samples[window.start:window.end]) for window in windows)
+    return _transcribe_windows(pieces, len(windows), len(samples), recognizer, decoder,
+                               overlap_seconds, on_window, path)
+
+
+def transcribe_file(path: Path, recognizer: Recognizer, decoder: Decoder,
+                    chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+                    overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
+                    on_window: Callable[[int, int], None] | None = None) -> Transcript:
+    """Transcribe a file of any format and length, holding one window of it at a time: the
+    same transcript as :func:`transcribe_samples` of its decoded samples.
+
+    A file that fits in one window is read once; a longer one is read once to count its
+    samples, then again window by window. A path that is not a regular file (a pipe) can be
+    read only once, so it is decoded whole (:func:`load_audio`). Error messages do not repeat
+    the path: the caller prefixes it."""
+    check_window_seconds(chunk_seconds, overlap_seconds)
+    if not _is_regular_file(path):
+        return transcribe_samples(load_audio(path), recognizer, decoder, chunk_seconds,
+                                  overlap_seconds, on_window, str(path))
+    measured = measure_audio(path, single_window_samples(chunk_seconds, overlap_seconds))
+    if measured.samples == 0:
+        raise AudioError("the file holds no audio")
+    if measured.kept is not None:
+        return transcribe_samples(measured.kept, recognizer, decoder, chunk_seconds,
+                                  overlap_seconds, on_window, str(path))
+    cuts = plan_cuts(measured.samples, chunk_seconds, overlap_seconds)
+    with AudioStream(path, measured.decoder) as blocks:
+        pieces = stream_windows(SampleBuffer(blocks, measured.samples), cuts)
+        return _transcribe_windows(pieces, len(cuts.nominal) + 1, measured.samples, recognizer,
+                                   decoder, overlap_seconds, on_window, str(path))
+
+
+def _is_regular_file(path: Path) -> bool:
+    """Whether ``path`` is a non-empty regular file that can be read (twice); an
+    :class:`AudioError` worded as :func:`load_audio`'s when it is unreadable or empty."""
+    try:
+        with path.open("rb") as f:
+            status = os.fstat(f.fileno())
+    except OSError as error:
+        raise AudioError(f"cannot read it: {error.strerror or error}") from None
+    if not stat.S_ISREG(status.st_mode):
+        return False
+    if status.st_size == 0:
+        raise AudioError("the file is empty")
+    return True
+
+
+def _transcribe_windows(pieces: Iterable[tuple[Window, np.ndarray]], count: int, total: int,
+                        recognizer: Recognizer, decoder: Decoder, overlap_seconds: float,
+                        on_window: Callable[[int, int], None] | None,
+                        path: str) -> Transcript:
+    """Decode ``count`` windows of a recording of ``total`` samples as they come, then stitch
+    their words: only the words are kept, never more than one window's samples."""
     import numpy as np
 
-    if chunk_seconds <= 0 or overlap_seconds < 0:
-        raise AsrkitError("chunk_seconds must be positive and overlap_seconds not negative")
-    windows = plan_windows(samples, chunk_seconds, overlap_seconds)
+    windows: list[Window] = []
     found: list[list[Word]] = []
-    for number, window in enumerate(windows, 1):
-        piece = samples[window.start:window.end]
+    for number, (window, piece) in enumerate(pieces, 1):
         if piece.dtype == np.int16:
             audio = piece.astype(np.float32) / PCM_SCALE
         else:
             audio = piece.astype(np.float32)
         logits = recognizer.logits(audio)
+        windows.append(window)
         found.append(window_words(logits, decoder, recognizer.labels,
                                   window.start / SAMPLE_RATE, recognizer.frame_seconds))
         if on_window is not None:
-            on_window(number, len(windows))
-    duration = len(samples) / SAMPLE_RATE
+            on_window(number, count)
+    duration = total / SAMPLE_RATE
     words = [_clip(w, duration) for w in stitch(windows, found, overlap_seconds)]
     return Transcript(path, duration, words, len(windows), recognizer.name,
                       getattr(decoder, "name", ""))
@@ -501,8 +704,9 @@ def _clip(word: Word, duration: float) -> Word:
 
 
 def load_audio(path: str | Path) -> np.ndarray:
-    """A file's samples as 16 kHz mono int16, whatever its format. Error messages do not repeat
-    the path: the caller prefixes it."""
+    """A file's samples as 16 kHz mono int16, whatever its format, decoded whole in memory (short
+    clips, and a pipe, which can be read only once; :func:`transcribe_file` streams the rest).
+    Error messages do not repeat the path: the caller prefixes it."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -559,9 +763,8 @@ def transcribe_files(files: Sequence[Path], recognizer: Recognizer, decoder: Dec
     windows = _WindowBar(options.progress and len(files) == 1)
     for path in files:
         try:
-            samples = load_audio(path)
-            yield transcribe_samples(samples, recognizer, decoder, options.chunk_seconds,
-                                     options.overlap_seconds, windows.update, str(path))
+            yield transcribe_file(path, recognizer, decoder, options.chunk_seconds,
+                                  options.overlap_seconds, windows.update)
         except AsrkitError as error:
             options.failures.append(Failure(str(path), " ".join(str(error).split())))
         except Exception as error:  # one bad file must not end a directory's transcription
