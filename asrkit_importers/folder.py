@@ -4,7 +4,8 @@ For the recordings a user made or collected, with no corpus-specific importer. T
 read (a listing wins when both are present):
 
 1. **A transcript beside each recording**: ``x.wav`` and ``x.txt`` in the same folder, at any
-   depth. The ``.txt`` holds the transcript (several lines are joined). A recording without a
+   depth. The ``.txt`` holds the transcript (several lines are joined; at most 1 MiB, the words
+   of some 17 hours of speech: a larger one is an error naming it). A recording without a
    ``.txt`` is listed in ``dataset.json`` as skipped ("empty transcript"), a ``.txt`` without a
    recording (a README) is ignored. The speaker is the name of the folder holding the file
    (none at the top level). The split is ``--split``; without it, a top-level folder named
@@ -63,6 +64,10 @@ def dataset_name_from(path: Path) -> str:
 #: A listing's fields are paths and transcripts: a longer one is not a transcript (and csv's own
 #: field limit is process-wide state that other code may raise).
 MAX_FIELD_CHARS = 100_000
+#: Largest transcript beside a recording, in bytes: an hour of speech is about 60 kB of text, so
+#: a larger ``.txt`` is not the transcript of one recording (and every transcript is in memory
+#: at once).
+MAX_TRANSCRIPT_BYTES = 1 << 20
 
 
 def _read_table(data: bytes, name: str) -> tuple[list[str], list[dict[str, str]]]:
@@ -191,7 +196,7 @@ class FolderImporter(Importer):
             stem, extension = posixpath.splitext(member)
             if extension.lower() not in AUDIO_EXTENSIONS or _hidden(member):
                 continue
-            text = decode_text(metadata.get(stem + ".txt", b""), stem + ".txt")
+            text = decode_text(_transcript(metadata, stem + ".txt", member), stem + ".txt")
             folder = posixpath.dirname(member)
             top, _, rest = member.partition("/") if "/" in member else ("", "", member)
             in_split_folder = not forced and top in SPLIT_NAMES
@@ -205,6 +210,19 @@ class FolderImporter(Importer):
                 transcript=" ".join(text.split()),
                 speaker="" if speaker in SPLIT_NAMES and folder == top else speaker,
             ), member
+
+
+def _transcript(metadata: Mapping[str, bytes], name: str, recording: str) -> bytes:
+    """The transcript ``name`` of ``recording`` (empty when there is none); one larger than
+    :data:`MAX_TRANSCRIPT_BYTES` is an error naming it."""
+    data = metadata.get(name, b"")
+    if len(data) > MAX_TRANSCRIPT_BYTES:
+        raise AsrkitError(
+            f"{quote(name)} is {len(data):,} bytes, more than the transcript of one recording "
+            f"can be ({MAX_TRANSCRIPT_BYTES:,} at most); shorten it, or rename it if it is not "
+            f"the transcript of {quote(recording)}"
+        )
+    return data
 
 
 def _hidden(member: str) -> bool:

@@ -6,15 +6,26 @@ than the decoding itself (see ``benchmarks/bench_import.py``). Anything else (ot
 channels, MP3, Opus, shortened SPHERE, ...) goes through the real ``sox`` binary, which
 resamples with its high-quality resampler. A recording is decoded once and then cut into all of
 its segments, so a talk with 200 segments is decoded once, not 200 times.
+
+Decoding is bounded in memory and time, since a small compressed file can hold hours of audio and
+a decoder can hang: a caller that needs only the first ``limit`` samples (an import needs a clip
+up to its longest kept length, a talk up to its last segment) gets them without the rest ever
+being decoded or held, and a sox process that runs past :func:`sox_timeout` is killed and named.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import math
+import os
 import shutil
 import subprocess
+import threading
 import wave
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -22,6 +33,18 @@ from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
 
 SAMPLE_WIDTH = 2
+#: Least time sox is given to decode one file, in seconds: its start-up and a short clip take a
+#: fraction of a second, so a minute means it is hung.
+SOX_MIN_SECONDS = 60.0
+#: Slowest input sox is expected to read, in bytes a second: it decodes MP3 (16 kB a second of
+#: audio) and resamples 48 kHz stereo WAV (192 kB) tens of times faster than real time, and
+#: this leaves room for a machine busy with an import's other workers. A file of 512 MiB (the
+#: largest an import reads) gets 34 minutes.
+SOX_BYTES_PER_SECOND = 256 << 10
+#: sox's output is read in pieces of this many bytes, so that a bound on it is kept to a piece.
+SOX_READ_BYTES = 1 << 16
+#: sox's messages kept for the error report; a sox that writes more is not kept waiting.
+SOX_MESSAGE_BYTES = 1 << 16
 
 #: sox's name for a format, by file extension, where it cannot tell from a pipe.
 SOX_TYPES = {".sph": "sph", ".nist": "sph", ".wav": "wav", ".flac": "flac", ".mp3": "mp3",
@@ -43,44 +66,53 @@ def sox_binary() -> str:
     return path
 
 
-def decode(data: bytes, name: str) -> np.ndarray:
-    """The samples of an encoded file as 16 kHz mono int16."""
-    samples = _decode_native(data)
+def decode(data: bytes, name: str, limit: int | None = None) -> np.ndarray:
+    """The samples of an encoded file as 16 kHz mono int16: its first ``limit`` samples at
+    most (all without a limit). A longer file is decoded no further than that."""
+    samples = _decode_native(data, limit)
     if samples is not None:
         return samples
     try:
-        return decode_with_sox(data, name)
+        return decode_with_sox(data, name, limit)
     except AudioError:
-        fallback = _decode_with_libsndfile(data)
+        fallback = _decode_with_libsndfile(data, name, limit)
         if fallback is None:
             raise
         return fallback
 
 
-def _decode_with_libsndfile(data: bytes) -> np.ndarray | None:
+def _decode_with_libsndfile(data: bytes, name: str, limit: int | None = None
+                            ) -> np.ndarray | None:
     """16 kHz mono int16 of a file sox cannot read but libsndfile can (``None`` if neither):
     Debian's sox has no Opus handler, while the libsndfile that ``soundfile`` bundles reads Ogg
     Opus (and MP3). Channels are averaged, as sox mixes them; other rates are resampled by sox
-    from raw float samples, which every sox reads."""
+    from raw float samples, which every sox reads. Only the frames the first ``limit`` samples
+    come from are read."""
     try:
         import soundfile
 
-        audio, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        with soundfile.SoundFile(io.BytesIO(data)) as f:
+            rate = f.samplerate
+            frames = -1 if limit is None else math.ceil(limit * rate / SAMPLE_RATE) + 1
+            audio = f.read(frames, dtype="float32", always_2d=True)
     except Exception:  # libsndfile's errors are plain RuntimeErrors, or format-specific ones
         return None
     mono = audio.mean(axis=1).astype("<f4")
     if rate == SAMPLE_RATE:
-        return np.clip(np.round(mono * 32768.0), -32768, 32767).astype(np.int16)
+        return np.clip(np.round(mono[:limit] * 32768.0), -32768, 32767).astype(np.int16)
     command = [sox_binary(), "-R", "-V1", "-t", "f32", "-r", str(rate), "-c", "1", "-L", "-",
                "-t", "raw", "-e", "signed-integer", "-b", "16", "-c", "1",
                "-r", str(SAMPLE_RATE), "-L", "-"]
-    result = subprocess.run(command, input=mono.tobytes(), capture_output=True, check=False)
-    if result.returncode != 0:
+    try:
+        result = run_sox(command, mono.tobytes(), name, limit)
+    except AudioError:
         return None
-    return np.frombuffer(result.stdout, dtype="<i2")
+    if result.returncode != 0 and not result.cut:
+        return None
+    return result.samples(limit)
 
 
-def _decode_native(data: bytes) -> np.ndarray | None:
+def _decode_native(data: bytes, limit: int | None = None) -> np.ndarray | None:
     """Decode in-process when the file is already 16 kHz; ``None`` when sox is needed."""
     try:
         import soundfile
@@ -90,25 +122,112 @@ def _decode_native(data: bytes) -> np.ndarray | None:
         with soundfile.SoundFile(io.BytesIO(data)) as f:
             if f.samplerate != SAMPLE_RATE or f.subtype not in ("PCM_16", "PCM_S8", "PCM_U8"):
                 return None
-            samples = f.read(dtype="int16", always_2d=True)
+            if f.channels != 1:
+                return None  # mixing channels down is sox's job: both paths give the same
+            samples = f.read(-1 if limit is None else limit, dtype="int16", always_2d=True)
     except Exception:
         return None
-    if samples.shape[1] == 1:
-        return samples[:, 0].copy()
-    return None  # mixing channels down is sox's job, so both paths give the same result
+    return samples[:, 0].copy()
 
 
-def decode_with_sox(data: bytes, name: str) -> np.ndarray:
+def decode_with_sox(data: bytes, name: str, limit: int | None = None) -> np.ndarray:
+    """The samples sox decodes ``data`` to (its type told by ``name``'s extension): the first
+    ``limit`` at most, sox being stopped once it has written them."""
     filetype = SOX_TYPES.get(Path(name).suffix.lower())
     command = [sox_binary(), "-R", "-V1"]
     command += ["-t", filetype] if filetype else []
     command += ["-", "-t", "raw", "-e", "signed-integer", "-b", "16", "-c", "1",
                 "-r", str(SAMPLE_RATE), "-L", "-"]
-    result = subprocess.run(command, input=data, capture_output=True, check=False)
-    if result.returncode != 0 or (not result.stdout and data):
-        message = " ".join(result.stderr.decode(errors="replace").split()) or "no output"
-        raise AudioError(f"sox could not decode {name}: {message}")
-    return np.frombuffer(result.stdout, dtype="<i2")
+    result = run_sox(command, data, name, limit)
+    if not result.cut and (result.returncode != 0 or (not result.output and data)):
+        raise AudioError(f"sox could not decode {name}: {result.message or 'no output'}")
+    return result.samples(limit)
+
+
+@dataclass
+class SoxResult:
+    """What a sox process wrote: its output (cut short when it went past what was wanted, so
+    ``returncode`` is then the kill's), its exit status, and its messages on one line."""
+
+    output: bytearray
+    returncode: int
+    message: str
+    cut: bool
+
+    def samples(self, limit: int | None) -> np.ndarray:
+        """The output as int16 samples, the first ``limit`` at most (a copy: the buffer, up
+        to a piece longer, is let go)."""
+        count = len(self.output) // SAMPLE_WIDTH
+        count = count if limit is None else min(count, limit)
+        return np.frombuffer(self.output, dtype="<i2", count=count).copy()
+
+
+def sox_timeout(size: int) -> float:
+    """How long sox may take over an input of ``size`` bytes: :data:`SOX_MIN_SECONDS`, or more
+    for a large file (:data:`SOX_BYTES_PER_SECOND`)."""
+    return max(SOX_MIN_SECONDS, size / SOX_BYTES_PER_SECOND)
+
+
+def run_sox(command: list[str], data: bytes, name: str, limit: int | None) -> SoxResult:
+    """Run sox on ``data``, keeping at most ``limit`` samples of its output: sox is killed once
+    it has written more, so a recording of hours is never held whole. A sox that runs past
+    :func:`sox_timeout` is killed, and an :class:`AudioError` names ``name`` and the time."""
+    timeout = sox_timeout(len(data))
+    most = None if limit is None else limit * SAMPLE_WIDTH
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    assert process.stdin and process.stdout and process.stderr
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        process.kill()
+
+    timer = threading.Timer(timeout, expire)
+    messages = bytearray()
+    helpers = [threading.Thread(target=_feed, args=(process.stdin, data), daemon=True),
+               threading.Thread(target=_keep, args=(process.stderr, messages), daemon=True)]
+    output = bytearray()
+    cut = finished = False
+    timer.start()
+    for helper in helpers:
+        helper.start()
+    try:
+        while chunk := os.read(process.stdout.fileno(), SOX_READ_BYTES):
+            output += chunk
+            if most is not None and len(output) > most:
+                cut = True
+                break
+        finished = True
+    finally:
+        if cut or not finished:
+            process.kill()  # what was wanted is in, or the caller was interrupted
+        returncode = process.wait()  # the timer still stops a sox that hangs at its end
+        timer.cancel()
+        for helper in helpers:
+            helper.join()
+        process.stdout.close()
+    if expired.is_set() and returncode < 0 and not cut:
+        raise AudioError(f"sox took more than {timeout:.0f} s to decode {name}, so it was "
+                         "stopped (a damaged file can hang it); check the file")
+    message = " ".join(messages.decode(errors="replace").split())
+    return SoxResult(output, returncode, message, cut)
+
+
+def _feed(stdin: IO[bytes], data: bytes) -> None:
+    """Write ``data`` to a process's input and close it; a process that stopped reading (killed,
+    or done with what it needed) is no error."""
+    with contextlib.suppress(OSError):  # BrokenPipeError: it has gone
+        stdin.write(data)
+    with contextlib.suppress(OSError):
+        stdin.close()
+
+
+def _keep(stream: IO[bytes], into: bytearray) -> None:
+    """Read a process's messages to their end, keeping the first :data:`SOX_MESSAGE_BYTES`."""
+    while chunk := os.read(stream.fileno(), SOX_READ_BYTES):
+        into += chunk[: max(0, SOX_MESSAGE_BYTES - len(into))]
+    stream.close()
 
 
 def cut(samples: np.ndarray, start: float | None, end: float | None) -> np.ndarray:

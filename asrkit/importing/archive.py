@@ -12,13 +12,25 @@ resolved and must stay inside the folder, each real file is read once (links bec
 in an archive, so a link loop cannot repeat anything), and links that dangle or leave the folder,
 pipes, sockets and devices are skipped with the reason (:attr:`Scan.skipped`). A transcript
 larger than the importer's bound is refused by name before it is read.
+
+Memory and time are bounded whatever the source holds, since a few kilobytes of archive can
+describe gigabytes (a ``tar --sparse`` member, a gzip bomb): every member's size is known before
+it is read (an archive's header says it, a folder's ``stat``), so a recording larger than
+:data:`MAX_MEMBER_BYTES` is skipped and named unread, and the transcripts and listings of one
+import stop at :data:`MAX_METADATA_TOTAL_BYTES`. A folder nested more than
+:data:`MAX_FOLDER_DEPTH` deep is skipped and named, and folders are walked without recursion. A
+``gzip`` that stops producing output for :data:`GZIP_STALL_SECONDS` ends the import with one line
+instead of hanging it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
 import posixpath
+import select
 import shutil
 import stat
 import subprocess
@@ -36,6 +48,23 @@ from asrkit.core.text import quote
 #: Largest transcript or listing member read by default (an importer may allow more): corpora's
 #: transcripts are kilobytes, and the bound keeps a hostile archive from filling the memory.
 MAX_METADATA_BYTES = 16 << 20
+#: Largest total of the transcripts and listings one import reads (or an importer's own bound
+#: for one member, when larger): LibriSpeech's 960 hours hold 60 MB of transcripts, a large
+#: Common Voice language's listings a few hundred MB.
+MAX_METADATA_TOTAL_BYTES = 2 << 30
+#: Largest recording read, in bytes: 4.6 hours of 16 kHz 16-bit mono (TED-LIUM's SPHERE talks,
+#: the longest recordings of the corpora asrkit reads, are under an hour), 48 minutes of 48 kHz
+#: 16-bit stereo WAV. A recording is held in memory whole while it is converted, so a larger
+#: member (a ``tar --sparse`` archive of 10 kB can hold a 1 GiB one) is skipped unread.
+MAX_MEMBER_BYTES = 512 << 20
+#: Deepest folder read. Corpora nest a few folders deep; a file's id is its path, which at a
+#: thousand folders is far too long to name the file it is converted to.
+MAX_FOLDER_DEPTH = 100
+#: Longest ``gzip`` may go without producing a byte while the archive is read, in seconds. Not
+#: a bound on the whole decompression, which lasts as long as the import consumes the archive
+#: (hours for TED-LIUM); gzip produces megabytes a second, so two silent minutes mean it is hung
+#: (or the disk holding the archive is).
+GZIP_STALL_SECONDS = 120.0
 #: Why a folder's entry was not read (the keys of :attr:`Scan.skipped`'s values).
 DANGLING = "dangling link"
 LEAVES = "link leaves the folder"
@@ -43,6 +72,7 @@ LOOP = "link loop"
 SPECIAL = "special file (pipe, socket or device)"
 UNREADABLE = "unreadable file"
 NOT_UTF8 = "name not in UTF-8 (rename the file to import it)"
+TOO_DEEP = f"more than {MAX_FOLDER_DEPTH} folders deep (move it up to import it)"
 
 
 class UnsafeArchiveError(AsrkitError):
@@ -59,6 +89,8 @@ class Scan:
     links: dict[str, str] = field(default_factory=dict)
     #: Entries of a folder that were not read: name -> reason.
     skipped: dict[str, str] = field(default_factory=dict)
+    #: Bytes of metadata read so far, over all sources (bounded by ``scan_sources``' total).
+    metadata_bytes: int = 0
 
     def resolve(self, name: str) -> str:
         seen = set()
@@ -88,9 +120,12 @@ def safe_name(name: str, archive: str) -> str:
 class Source:
     """A tar archive, a folder or a single file, read member by member."""
 
-    def __init__(self, path: str | Path, progress: bool = True) -> None:
+    def __init__(self, path: str | Path, progress: bool = True,
+                 member_limit: int = MAX_MEMBER_BYTES) -> None:
         self.path = Path(path)
         self.progress = progress
+        #: Largest member other than metadata that is read (see :data:`MAX_MEMBER_BYTES`).
+        self.member_limit = member_limit
         if not self.path.exists():
             raise AsrkitError(f"{self.path} does not exist")
         self.kind = "dir" if self.path.is_dir() else (
@@ -103,26 +138,43 @@ class Source:
     # -- pass 1 ------------------------------------------------------------------------------
 
     def scan(self, into: Scan, is_metadata: Callable[[str], bool],
-             limit: int = MAX_METADATA_BYTES) -> None:
+             limit: int = MAX_METADATA_BYTES, total: int = MAX_METADATA_TOTAL_BYTES) -> None:
         """Add this source's members to ``into`` and read those ``is_metadata`` selects (each
-        at most ``limit`` bytes: a larger one is refused by name, before it is read)."""
+        at most ``limit`` bytes, all of them together at most ``total``: a member past either
+        is refused by name, before it is read). Any other member larger than
+        :attr:`member_limit` is left out and named in ``into.skipped``, unread."""
         for name, read, link, size in self._walk(into.skipped):
             if link is not None:
                 into.links[name] = link
                 into.members.append(name)
                 continue
             if is_metadata(name):
-                if size > limit:
-                    raise AsrkitError(
-                        f"{self.path.name}: {quote(name)} is {size:,} bytes, more than any "
-                        f"transcript or listing ({limit:,} at most); refusing to read it"
-                    )
+                self._check_metadata(name, size, limit, total, into.metadata_bytes)
                 try:
-                    into.metadata[name] = read()
+                    into.metadata[name] = read(limit)
                 except OSError as error:
                     into.skipped[name] = f"{UNREADABLE}: {error.strerror}"
                     continue
+                into.metadata_bytes += len(into.metadata[name])
+            elif size > self.member_limit:
+                into.skipped[name] = too_large(self.member_limit)
+                continue
             into.members.append(name)
+
+    def _check_metadata(self, name: str, size: int, limit: int, total: int, read: int) -> None:
+        """Refuse a transcript or listing larger than ``limit``, or one that would take the
+        metadata read so far (``read`` bytes) past ``total``: one line, before reading it."""
+        if size > limit:
+            raise AsrkitError(
+                f"{self.path.name}: {quote(name)} is {size:,} bytes, more than any "
+                f"transcript or listing ({limit:,} at most); refusing to read it"
+            )
+        if read + size > total:
+            raise AsrkitError(
+                f"{self.path.name}: {quote(name)} would take the transcripts and listings read "
+                f"to {read + size:,} bytes, more than one import reads ({total:,} at most); "
+                "refusing to read it (import the corpus in parts)"
+            )
 
     # -- pass 2 ------------------------------------------------------------------------------
 
@@ -136,14 +188,15 @@ class Source:
             for name in sorted(wanted):
                 member = root / name
                 try:
-                    data = _file_reader(member)()
+                    data = _file_reader(member)(self.member_limit)
                 except OSError:
-                    continue  # removed or replaced since the scan: reported as unreadable
+                    continue  # removed, replaced or grown since the scan: reported as unreadable
                 yield name, data
             return
-        for name, read, link, _ in self._walk({}):
-            if link is None and name in wanted:
-                yield name, read()
+        for name, read, link, size in self._walk({}):
+            # A size over the bound: a second member of that name (the scan listed the first).
+            if link is None and name in wanted and size <= self.member_limit:
+                yield name, read(self.member_limit)
 
     def listing(self) -> Iterator[tuple[str, int, int]]:
         """``(name, size, mtime_ns)`` of every regular member of a folder or file, cheaply (no
@@ -159,14 +212,13 @@ class Source:
 
     def _walk(self, skipped: dict[str, str]) -> Iterator[Entry]:
         if self.kind == "file":
-            yield self.path.name, self.path.read_bytes, None, self.path.stat().st_size
+            yield self.path.name, _file_reader(self.path), None, self.path.stat().st_size
         elif self.kind == "dir":
-            root = self.path.resolve()
-            yield from _walk_dir(root, root, "", (root,), set(), {}, skipped)
+            yield from _walk_dir(self.path.resolve(), skipped)
         else:
-            yield from self._walk_tar()
+            yield from self._walk_tar(skipped)
 
-    def _walk_tar(self) -> Iterator[Entry]:
+    def _walk_tar(self, skipped: dict[str, str]) -> Iterator[Entry]:
         size = self.path.stat().st_size
         with open(self.path, "rb") as raw, _decompressed(raw) as stream, tqdm(
             total=size, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
@@ -176,7 +228,9 @@ class Source:
                 # The file offset is shared with a gzip child process: it is what gzip has read.
                 bar.update(os.lseek(raw.fileno(), 0, os.SEEK_CUR) - bar.n)
                 name = safe_name(member.name, self.path.name)
-                if member.issym() or member.islnk():
+                if name.count("/") > MAX_FOLDER_DEPTH and not member.isdir():
+                    skipped[name] = TOO_DEEP
+                elif member.issym() or member.islnk():
                     yield name, _no_read, self._link_target(member, name), 0
                 elif member.isfile():
                     yield name, _reader(tar, member), None, member.size
@@ -205,20 +259,27 @@ class Source:
         return resolved
 
 
+def too_large(limit: int) -> str:
+    """Why a member larger than ``limit`` bytes was not read (a key of the import's report)."""
+    return (f"larger than {limit / (1 << 20):,.0f} MiB, the most read of one recording (cut it "
+            "into shorter files to import it)")
+
+
 @contextlib.contextmanager
-def _decompressed(raw: BinaryIO) -> Iterator[BinaryIO]:
+def _decompressed(raw: BinaryIO) -> Iterator[BinaryIO | _Watched]:
     """``raw`` itself, or for a gzip file the output of a ``gzip -dc`` process reading it: the
     decompression then runs on another core, in parallel with the tar parsing and the hand-off
-    to converters (both archive passes are about twice as fast)."""
+    to converters (both archive passes are about twice as fast). A gzip that hangs ends the
+    import with one line (:class:`_Watched`)."""
     gzip = shutil.which("gzip")
     if os.pread(raw.fileno(), 2, 0) != b"\x1f\x8b" or gzip is None:
         yield raw
         return
-    process = subprocess.Popen([gzip, "-dc"], stdin=raw, stdout=subprocess.PIPE, bufsize=1 << 20,
+    process = subprocess.Popen([gzip, "-dc"], stdin=raw, stdout=subprocess.PIPE, bufsize=0,
                                stderr=subprocess.PIPE)
     assert process.stdout is not None
     try:
-        yield process.stdout
+        yield _Watched(process.stdout.fileno(), GZIP_STALL_SECONDS, raw.name)
     finally:
         process.stdout.close()
         process.kill()
@@ -228,75 +289,149 @@ def _decompressed(raw: BinaryIO) -> Iterator[BinaryIO]:
                               f"{' '.join(error.decode(errors='replace').split())}")
 
 
-def _no_read() -> bytes:
+class _Watched(io.RawIOBase):
+    """The output of a decompressing process, read as a file, where a read that waits more than
+    ``seconds`` for a byte is an error naming the archive, not a hang."""
+
+    def __init__(self, fd: int, seconds: float, archive: str) -> None:
+        super().__init__()
+        self.fd, self.seconds, self.archive = fd, seconds, archive
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        """``size`` bytes (all, when negative), fewer only at the end: tar parsing expects a
+        file's full reads, and a pipe gives what it has."""
+        chunks: list[bytes] = []
+        got = 0
+        while size < 0 or got < size:
+            ready, _, _ = select.select([self.fd], [], [], self.seconds)
+            if not ready:
+                raise AsrkitError(
+                    f"{self.archive}: gzip produced nothing for {self.seconds:.0f} s, so it is "
+                    "hung (or the disk holding the archive is); check the disk and rerun: the "
+                    "import continues where it stopped"
+                )
+            chunk = os.read(self.fd, (size - got) if size >= 0 else 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+
+def _no_read(most: int) -> bytes:
     return b""
 
 
-#: A walked member: its name, how to read it, the member it links to (or ``None``), its size.
-Entry = tuple[str, Callable[[], bytes], "str | None", int]
+#: A walked member: its name, how to read it (at most how many bytes: more is an ``OSError``),
+#: the member it links to (or ``None``), its size.
+Entry = tuple[str, Callable[[int], bytes], "str | None", int]
 
 
-def _walk_dir(root: Path, folder: Path, prefix: str, chain: tuple[Path, ...],
-              seen: set[tuple[int, int]], first: dict[tuple[int, int], str],
-              skipped: dict[str, str], linked: bool = False) -> Iterator[Entry]:
-    """The entries of the real folder ``folder`` (inside ``root``), named under ``prefix``.
+@dataclass
+class _Folder:
+    """A folder being walked: its entries not yet seen, the prefix naming them, the real
+    folders from the root down to it (``chain``), and whether a link led to it."""
+
+    entries: Iterator[os.DirEntry[str]]
+    prefix: str
+    chain: tuple[Path, ...]
+    linked: bool
+
+
+def _walk_dir(root: Path, skipped: dict[str, str]) -> Iterator[Entry]:
+    """The entries of the real folder ``root``, depth first in name order.
 
     Links are never followed blindly: each is resolved, and one that dangles or leaves
     ``root`` is skipped. A link to a file becomes a link member (the file itself is read under
     its own name); a link to a folder lists that folder's files as link members, unless the
-    folder is one being walked (``chain``) or above one, which would loop. Inside a linked
-    folder (``linked``) every file is a link member. A second hard link to a file read already
-    is a link member too, so every real file is read once."""
+    folder is one being walked or above one, which would loop. Inside a linked folder every file
+    is a link member. A second hard link to a file read already is a link member too, so every
+    real file is read once. The open folders are a stack, not a recursion (a corpus a thousand
+    folders deep would be a ``RecursionError``), and one deeper than :data:`MAX_FOLDER_DEPTH`
+    is skipped and named."""
+    first: dict[tuple[int, int], str] = {}  # (device, inode) of each file read -> its name
+    stack = [folder for folder in [_open(root, "", (root,), False, skipped)] if folder]
+    while stack:
+        entry = next(stack[-1].entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        found = _visit(entry, stack[-1], root, first, skipped)
+        if isinstance(found, _Folder):
+            stack.append(found)
+        elif found is not None:
+            yield found
+
+
+def _open(folder: Path, prefix: str, chain: tuple[Path, ...], linked: bool,
+          skipped: dict[str, str]) -> _Folder | None:
+    """The real folder ``folder``, named ``prefix``, ready to walk; ``None`` when it is too deep
+    or cannot be listed (both named in ``skipped``)."""
+    shown = prefix.rstrip("/") or "."
+    if prefix.count("/") > MAX_FOLDER_DEPTH:
+        skipped[shown] = TOO_DEEP
+        return None
     try:
         entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
     except OSError as error:
-        skipped[prefix.rstrip("/") or "."] = f"{UNREADABLE}: {error.strerror}"
-        return
-    for entry in entries:
-        name = prefix + entry.name
-        path = Path(entry.path)
-        if not _is_utf8(entry.name):  # ids, listings and reports are UTF-8 text
-            skipped[_shown_name(name)] = NOT_UTF8
-            continue
-        if entry.is_symlink():
-            target = Path(os.path.realpath(path))
-            if target != root and root not in target.parents:
-                skipped[name] = LEAVES
-                continue
-            try:
-                mode = target.stat().st_mode
-            except OSError:
-                skipped[name] = DANGLING
-                continue
-            if stat.S_ISDIR(mode):
-                if any(target == inner or target in inner.parents for inner in chain):
-                    skipped[name] = LOOP
-                else:
-                    yield from _walk_dir(root, target, name + "/", (*chain, target), seen,
-                                         first, skipped, linked=True)
-            elif stat.S_ISREG(mode):
-                yield name, _no_read, target.relative_to(root).as_posix(), 0
-            else:
-                skipped[name] = SPECIAL
-            continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError as error:
-            skipped[name] = f"{UNREADABLE}: {error.strerror}"
-            continue
-        if stat.S_ISDIR(info.st_mode):
-            yield from _walk_dir(root, path, name + "/", (*chain, path), seen, first, skipped,
-                                 linked)
-        elif not stat.S_ISREG(info.st_mode):
-            skipped[name] = SPECIAL
-        elif linked:
-            yield name, _no_read, path.relative_to(root).as_posix(), 0
-        elif (info.st_dev, info.st_ino) in seen:
-            yield name, _no_read, first[(info.st_dev, info.st_ino)], 0
-        else:
-            seen.add((info.st_dev, info.st_ino))
-            first[(info.st_dev, info.st_ino)] = name
-            yield name, _file_reader(path), None, info.st_size
+        skipped[shown] = f"{UNREADABLE}: {error.strerror}"
+        return None
+    return _Folder(iter(entries), prefix, chain, linked)
+
+
+def _visit(entry: os.DirEntry[str], folder: _Folder, root: Path,
+           first: dict[tuple[int, int], str], skipped: dict[str, str]) -> Entry | _Folder | None:
+    """What one entry of ``folder`` is: a member, a folder to walk, or nothing (skipped)."""
+    name = folder.prefix + entry.name
+    path = Path(entry.path)
+    if not _is_utf8(entry.name):  # ids, listings and reports are UTF-8 text
+        skipped[_shown_name(name)] = NOT_UTF8
+        return None
+    if entry.is_symlink():
+        return _visit_link(name, path, folder, root, skipped)
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError as error:
+        skipped[name] = f"{UNREADABLE}: {error.strerror}"
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return _open(path, name + "/", (*folder.chain, path), folder.linked, skipped)
+    if not stat.S_ISREG(info.st_mode):
+        skipped[name] = SPECIAL
+        return None
+    if folder.linked:
+        return name, _no_read, path.relative_to(root).as_posix(), 0
+    key = (info.st_dev, info.st_ino)
+    if key in first:
+        return name, _no_read, first[key], 0
+    first[key] = name
+    return name, _file_reader(path), None, info.st_size
+
+
+def _visit_link(name: str, path: Path, folder: _Folder, root: Path,
+                skipped: dict[str, str]) -> Entry | _Folder | None:
+    """A symbolic link named ``name``: a link member, a linked folder to walk, or skipped."""
+    target = Path(os.path.realpath(path))
+    if target != root and root not in target.parents:
+        skipped[name] = LEAVES
+        return None
+    try:
+        mode = target.stat().st_mode
+    except OSError:
+        skipped[name] = DANGLING
+        return None
+    if stat.S_ISDIR(mode):
+        if any(target == inner or target in inner.parents for inner in folder.chain):
+            skipped[name] = LOOP
+            return None
+        return _open(target, name + "/", (*folder.chain, target), True, skipped)
+    if stat.S_ISREG(mode):
+        return name, _no_read, target.relative_to(root).as_posix(), 0
+    skipped[name] = SPECIAL
+    return None
 
 
 def _is_utf8(name: str) -> bool:
@@ -314,20 +449,28 @@ def _shown_name(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _file_reader(path: Path) -> Callable[[], bytes]:
-    """Read a regular file without blocking, should it have been swapped for a pipe since."""
-    def read() -> bytes:
+def _file_reader(path: Path) -> Callable[[int], bytes]:
+    """Read a regular file of at most ``most`` bytes, without blocking should it have been
+    swapped for a pipe since it was listed; a file grown past ``most`` since is an
+    ``OSError`` (``EFBIG``), read no further."""
+    def read(most: int) -> bytes:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise OSError(0, "not a regular file any more", str(path))
-            return f.read()
+            data = f.read(most + 1)
+        if len(data) > most:
+            raise OSError(errno.EFBIG, f"grown past {most:,} bytes", str(path))
+        return data
 
     return read
 
 
-def _reader(tar: tarfile.TarFile, member: tarfile.TarInfo) -> Callable[[], bytes]:
-    def read() -> bytes:
+def _reader(tar: tarfile.TarFile, member: tarfile.TarInfo) -> Callable[[int], bytes]:
+    """Read a member whose header says it holds at most ``most`` bytes (checked before)."""
+    def read(most: int) -> bytes:
+        if member.size > most:
+            raise OSError(errno.EFBIG, f"larger than {most:,} bytes", member.name)
         handle = tar.extractfile(member)
         return handle.read() if handle else b""
 
@@ -335,15 +478,18 @@ def _reader(tar: tarfile.TarFile, member: tarfile.TarInfo) -> Callable[[], bytes
 
 
 def scan_sources(sources: list[Source], is_metadata: Callable[[str], bool],
-                 limit: int = MAX_METADATA_BYTES) -> Scan:
+                 limit: int = MAX_METADATA_BYTES, total: int | None = None) -> Scan:
     """Pass 1 over every source. A corpus split into several archives repeats its top-level
     files (every LibriSpeech subset holds ``LibriSpeech/README.TXT``): a repeated member is listed
-    once, unless it is metadata, which would be ambiguous (an error)."""
+    once, unless it is metadata, which would be ambiguous (an error). The metadata of all the
+    sources together is at most ``total`` bytes (by default :data:`MAX_METADATA_TOTAL_BYTES`,
+    or ``limit`` when an importer allows one member more)."""
+    total = max(MAX_METADATA_TOTAL_BYTES, limit) if total is None else total
     scan = Scan()
     for source in sources:
         before = set(scan.members)
-        part = Scan()
-        source.scan(part, is_metadata, limit)
+        part = Scan(metadata_bytes=scan.metadata_bytes)
+        source.scan(part, is_metadata, limit, total)
         clash = sorted(name for name in before.intersection(part.members) if is_metadata(name))
         if clash:
             raise AsrkitError(
@@ -353,6 +499,7 @@ def scan_sources(sources: list[Source], is_metadata: Callable[[str], bool],
         scan.metadata.update(part.metadata)
         scan.links.update(part.links)
         scan.skipped.update(part.skipped)
+        scan.metadata_bytes = part.metadata_bytes
     for link in scan.links:  # a linked transcript reads as its target (TED-LIUM 3's legacy/)
         if is_metadata(link) and scan.resolve(link) in scan.metadata:
             scan.metadata[link] = scan.metadata[scan.resolve(link)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import signal
 import sys
@@ -52,9 +53,11 @@ def convert_member(
     dataset: str, name: str, data: bytes, jobs: list[SegmentJob], max_seconds: float
 ) -> tuple[str, list[SegmentResult]]:
     """Decode ``data`` once, cut and write every segment of ``jobs``; return per-segment results.
-    A member that cannot be decoded skips all its segments with the decoder's reason."""
+    A member that cannot be decoded skips all its segments with the decoder's reason. Only the
+    samples the jobs can use are decoded (:func:`samples_needed`), so a clip of hours that is
+    refused as too long is never held whole."""
     try:
-        samples = decode(data, name)
+        samples = decode(data, name, samples_needed(jobs, max_seconds))
     except Exception as error:  # any decoder failure is reported, never fatal
         detail = " ".join(str(error).split())
         return name, [SegmentResult(job.key, 0, 0, "unreadable audio", detail) for job in jobs]
@@ -84,6 +87,19 @@ def convert_member(
         os.replace(partial, target)
         results.append(SegmentResult(job.key, len(piece), len(encoded), None))
     return name, results
+
+
+def samples_needed(jobs: list[SegmentJob], max_seconds: float) -> int:
+    """How many samples of a recording its ``jobs`` can use: up to the last segment's end, and
+    for a segment without an end (a whole clip) one more than the longest kept, which is enough
+    to tell that it is too long."""
+    longest = math.floor(max_seconds * SAMPLE_RATE) + 1
+    needed = 0
+    for job in jobs:
+        first = 0 if job.start is None else max(0, round(job.start * SAMPLE_RATE))
+        end = first + longest if job.end is None else round(job.end * SAMPLE_RATE)
+        needed = max(needed, end)
+    return needed
 
 
 def convert_batch(
