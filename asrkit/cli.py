@@ -127,9 +127,10 @@ def _deferred_note(plugins: PluginSet, what: str) -> str | None:
     """Under a help page built without the third-party plugins: which ones may add more."""
     if not plugins.deferred:
         return None
-    names = ", ".join(f"{p.plugin} ({p.distribution} {p.version})" for p in plugins.deferred)
-    return (f"Installed plugins not loaded for this help: {names}. The {what} they add are "
-            "listed by `asrkit plugins`.")
+    rows = [f"  {p.plugin} ({p.distribution} {p.version})" for p in plugins.deferred]
+    # "\b": click keeps the lines as they are (its wrapping would split names at hyphens)
+    return "\n".join(["\b", f"Installed plugins, not loaded for this help (`asrkit plugins` lists "
+                      f"the {what} they add):", *rows])
 
 
 def _help_only(cli: click.Group, args: list[str]) -> bool:
