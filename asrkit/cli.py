@@ -2,7 +2,10 @@
 
 The root group is assembled from the installed plugins: ``asrkit import <name>`` has one
 subcommand per registered importer and plugins may add top-level commands. Everything imported
-here is cheap; TensorFlow is loaded only by the commands that compute.
+here is cheap; TensorFlow is loaded only by the commands that compute. A help page (or the
+version) of something asrkit itself provides is answered from asrkit's own plugins: no
+third-party plugin is imported for it, so none can hang or break it. Any other command loads
+every plugin, each under the import watchdog (:mod:`asrkit.plugins`).
 
 Every error ends up here and is printed as one line, ``asrkit: error: ...``: usage errors (exit
 2) with a pointer to the command's help, anything else (exit 1) as the user can act on it: an
@@ -25,6 +28,8 @@ from asrkit.core.errors import OUT_OF_MEMORY, AsrkitError, describe_os_error
 from asrkit.plugins import PluginSet, get_plugins, one_line
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+HELP_FLAGS = ("-h", "--help")
+VERSION_FLAGS = ("-V", "--version")
 DEBUG_ENV = "ASRKIT_DEBUG"
 VERBOSE_FLAGS = ("-v", "--verbose")
 #: Exit statuses: an error, a usage error (click's convention), Ctrl-C (128 + SIGINT).
@@ -84,6 +89,7 @@ def _import_group(plugins: PluginSet) -> click.Group:
         help="Download, verify, convert and shard a speech corpus into a dataset folder.\n\n"
         "One subcommand per installed importer; `asrkit import NAME --help` for its options.",
         context_settings=CONTEXT,
+        epilog=_deferred_note(plugins, "importers"),
     )
     for registration in plugins.registry.registrations("importer"):
         try:  # runs the importer's own options(): plugin code
@@ -99,8 +105,8 @@ def _import_group(plugins: PluginSet) -> click.Group:
 def build_cli(plugins: PluginSet) -> click.Group:
     """The root command for this set of plugins."""
 
-    @click.group(cls=Group, context_settings=CONTEXT)
-    @click.version_option(__version__, "--version", "-V", prog_name="asrkit")
+    @click.group(cls=Group, context_settings=CONTEXT, epilog=_deferred_note(plugins, "commands"))
+    @click.version_option(__version__, *VERSION_FLAGS, prog_name="asrkit")
     @click.option(*VERBOSE_FLAGS, is_flag=True, expose_value=False,
                   help=f"On an error, also print the traceback (or set {DEBUG_ENV}=1).")
     @click.pass_context
@@ -115,6 +121,47 @@ def build_cli(plugins: PluginSet) -> click.Group:
     cli.add_command(_import_group(plugins))
     plugins.add_commands(cli)
     return cli
+
+
+def _deferred_note(plugins: PluginSet, what: str) -> str | None:
+    """Under a help page built without the third-party plugins: which ones may add more."""
+    if not plugins.deferred:
+        return None
+    rows = [f"  {p.plugin} ({p.distribution} {p.version})" for p in plugins.deferred]
+    # "\b": click keeps the lines as they are (its wrapping would split names at hyphens)
+    return "\n".join(["\b", f"Installed plugins, not loaded for this help (`asrkit plugins` lists "
+                      f"the {what} they add):", *rows])
+
+
+def _help_only(cli: click.Group, args: list[str]) -> bool:
+    """Whether ``args`` ask only for a help page or the version of a command that ``cli``
+    (asrkit's own plugins) has: a group named without a command (``asrkit``, ``asrkit
+    import``), or ``-h``/``--help``/``--version`` along a path of commands it knows. A command
+    it does not know may be a third-party plugin's: that needs the plugins."""
+    command: click.Command = cli
+    for word in args:
+        if word == "--":
+            return False
+        if word in HELP_FLAGS or (command is cli and word in VERSION_FLAGS):
+            return True
+        if word.startswith("-") or not isinstance(command, click.Group):
+            continue
+        found = command.commands.get(word)
+        if found is None:
+            return False
+        command = found
+    return isinstance(command, click.Group)
+
+
+def _load(args: list[str]) -> tuple[PluginSet, click.Group]:
+    """The plugins and the command line ``args`` need: asrkit's own for a help page of theirs,
+    else every plugin, each third-party one under the import watchdog."""
+    plugins = get_plugins(third_party=False)
+    cli = build_cli(plugins)
+    if plugins.deferred and not _help_only(cli, args):
+        plugins = get_plugins(watched=True)
+        cli = build_cli(plugins)
+    return plugins, cli
 
 
 def configure_tensorflow_logging(args: list[str]) -> None:
@@ -142,8 +189,10 @@ def run(args: list[str] | None = None, plugins: PluginSet | None = None) -> int:
     args = sys.argv[1:] if args is None else list(args)
     configure_tensorflow_logging(args)
     try:
-        plugins = plugins or get_plugins()
-        cli = build_cli(plugins)
+        if plugins is None:
+            plugins, cli = _load(args)
+        else:
+            cli = build_cli(plugins)
         plugins.check_strict()
         if args[:1] != ["plugins"]:
             for problem in plugins.problems():

@@ -56,23 +56,28 @@ NORMALIZE_EPSILON = 1e-5
 
 # -- configurations -----------------------------------------------------------------------------
 
+#: Maxima of the extractors' settings: filters and cepstra a frame, an FFT's length (4 s at
+#: 16 kHz), frequencies (the Nyquist frequency of 192 kHz audio), and the audio's scale (beyond
+#: it, float32 powers overflow).
+MAX_BINS, MAX_FFT, MAX_HZ, MAX_PCM_SCALE = 1024, 65_536, 96_000.0, 1e6
+
 
 @dataclass(frozen=True)
 class MFCCConfig(FeatureConfig):
     """python_speech_features' ``mfcc`` parameters; the defaults are the Deep Speech notebook's
     (with :class:`~asrkit.types.FeatureConfig`'s framing: 25 ms windows every 10 ms, 16 kHz)."""
 
-    num_cepstra: int = setting(26, min=1)
-    num_filters: int = setting(26, min=1)
-    fft_length: int = setting(512, min=1)
+    num_cepstra: int = setting(26, min=1, max=MAX_BINS)
+    num_filters: int = setting(26, min=1, max=MAX_BINS)
+    fft_length: int = setting(512, min=1, max=MAX_FFT)
     preemphasis: float = setting(0.97, min=0, max=1)
-    lifter: int = setting(22, min=0)
+    lifter: int = setting(22, min=0, max=1000)
     append_energy: bool = True
-    low_hz: float = setting(0.0, min=0)
-    high_hz: float | None = setting(None, above=0)  # None: the Nyquist frequency
+    low_hz: float = setting(0.0, min=0, max=MAX_HZ)
+    high_hz: float | None = setting(None, above=0, max=MAX_HZ)  # None: the Nyquist frequency
     #: Audio is multiplied by this before analysis. 32768 reproduces the notebook, which computed
     #: MFCCs of int16 samples; 1.0 analyses [-1, 1] floats. Only c0 changes (by 2 ln(scale)).
-    pcm_scale: float = setting(INT16_SCALE, above=0)
+    pcm_scale: float = setting(INT16_SCALE, above=0, max=MAX_PCM_SCALE)
     normalize: str = setting("none", choices=NORMALIZATIONS)
 
     def __post_init__(self) -> None:
@@ -89,16 +94,16 @@ class MFCCConfig(FeatureConfig):
 class LogMelConfig(FeatureConfig):
     """Log mel filterbank energies, as modern CTC models (Conformer, QuartzNet) read them."""
 
-    num_mel_bins: int = setting(80, min=1)
-    fft_length: int = setting(512, min=1)
+    num_mel_bins: int = setting(80, min=1, max=MAX_BINS)
+    fft_length: int = setting(512, min=1, max=MAX_FFT)
     preemphasis: float = setting(0.97, min=0, max=1)
     #: "hann" (periodic, as tf.signal and torch use) or "rectangular".
     window: str = setting("hann", choices=("hann", "rectangular"))
-    low_hz: float = setting(0.0, min=0)
-    high_hz: float | None = setting(None, above=0)
+    low_hz: float = setting(0.0, min=0, max=MAX_HZ)
+    high_hz: float | None = setting(None, above=0, max=MAX_HZ)
     #: Added to the mel energies before the log (NeMo's 2**-24), so silence stays finite.
-    log_guard: float = setting(2.0**-24, above=0)
-    pcm_scale: float = setting(1.0, above=0)
+    log_guard: float = setting(2.0**-24, above=0, max=1)
+    pcm_scale: float = setting(1.0, above=0, max=MAX_PCM_SCALE)
     normalize: str = setting("none", choices=NORMALIZATIONS)
 
     def __post_init__(self) -> None:

@@ -8,12 +8,30 @@ whose hooks raise (even ``SystemExit``), or that registers something invalid is 
 distribution is loaded first and its commands and names always win, whatever another
 distribution's name sorts as. ``ASRKIT_STRICT_PLUGINS=1`` turns failures into an error exit;
 ``ASRKIT_DISABLE_PLUGINS=a,b`` skips plugins by entry-point or distribution name.
+
+Disabling one of asrkit's own plugins is the one way another plugin can take its names; that is
+then a warning on every command, naming the built-in disabled and the plugin that provides the
+name now (and an error under ``ASRKIT_STRICT_PLUGINS``). asrkit still reads which names a disabled
+built-in has, without using it, so that it can say so.
+
+A plugin that hangs while it loads must not hang the command line. Help pages never import
+third-party plugins (:mod:`asrkit.cli` asks for asrkit's own only), and a command that needs them
+loads each under a watchdog: a plugin still loading after ``ASRKIT_PLUGIN_IMPORT_TIMEOUT``
+seconds (default 60; 0 = no limit) ends the process with one line naming it and how to disable
+it. The process ends from the watchdog thread (``os._exit``) because Python cannot interrupt
+an import in progress from another thread; nothing of asrkit's is written before plugins load.
+Scripts using asrkit as a library (:func:`get_plugins`) get no watchdog: ending their process
+is not asrkit's to do, and Ctrl-C interrupts a hanging import there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
-from collections.abc import Iterator
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import FrameType, ModuleType, TracebackType
@@ -33,6 +51,14 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "asrkit"
 STRICT_ENV = "ASRKIT_STRICT_PLUGINS"
 DISABLE_ENV = "ASRKIT_DISABLE_PLUGINS"
+TIMEOUT_ENV = "ASRKIT_PLUGIN_IMPORT_TIMEOUT"
+#: Seconds a third-party plugin may take to load on the command line: generous for a plugin
+#: that imports a large library from a slow disk, short enough that a hung one is noticed.
+DEFAULT_IMPORT_TIMEOUT = 60.0
+#: The longest the timeout can be set to (a day); 0 turns the watchdog off instead.
+MAX_IMPORT_TIMEOUT = 86400.0
+#: The exit status when the watchdog gives up: an error, as the command line's others.
+EXIT_STALLED = 1
 
 #: Each registering hook and the registry kind it fills.
 REGISTER_HOOKS = {
@@ -89,39 +115,125 @@ def disabled_names() -> set[str]:
     return {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
 
 
+def import_timeout() -> float:
+    """Seconds a third-party plugin may take to load (``ASRKIT_PLUGIN_IMPORT_TIMEOUT``); 0 means
+    no limit. A value that is not such a number is an error, not a silent default: a watchdog
+    set by mistake to the wrong bound would kill commands or never fire."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_IMPORT_TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_IMPORT_TIMEOUT:  # nan fails too
+        raise PluginError(f"{TIMEOUT_ENV}={raw} is not a number of seconds from 0 (no limit) to "
+                          f"{MAX_IMPORT_TIMEOUT:g}; set it to e.g. 120, or unset it for "
+                          f"{DEFAULT_IMPORT_TIMEOUT:g}")
+    return seconds
+
+
+def stalled_message(provider: Provider, stage: str, seconds: float) -> str:
+    """The one line the watchdog prints: which plugin, doing what, and how to go on without it."""
+    return (f"plugin {provider.plugin!r} from {provider.distribution} is still {stage} after "
+            f"{seconds:g} s; disable it with {DISABLE_ENV}={provider.plugin}, or allow it longer "
+            f"with {TIMEOUT_ENV}=SECONDS")
+
+
+def give_up(message: str) -> None:
+    """Print ``message`` as the command line's error and end the process now. Called from the
+    watchdog's thread while the main thread is stuck in a plugin's code, which no exception can
+    reach; ``os._exit`` ends the process without waiting for it."""
+    try:
+        sys.stderr.write(f"asrkit: error: {message}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(EXIT_STALLED)
+
+
+@contextlib.contextmanager
+def watchdog(provider: Provider, stage: str, seconds: float,
+             expire: Callable[[str], None] = give_up) -> Iterator[None]:
+    """Run the block; if it has not finished after ``seconds`` (0: never), call ``expire`` with
+    :func:`stalled_message` from another thread."""
+    if not seconds:
+        yield
+        return
+    timer = threading.Timer(seconds, expire, args=(stalled_message(provider, stage, seconds),))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 class PluginSet:
     """A pluggy manager plus the bookkeeping asrkit needs: providers, failures, the registry."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float = 0.0) -> None:
         self.manager = pluggy.PluginManager(hookspecs.PROJECT)
         self.manager.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[LoadFailure] = []
         self.registry = Registry()
+        #: Seconds a third-party plugin's import and hooks may take before :func:`give_up`
+        #: ends the process (0: no watchdog).
+        self.timeout = timeout
+        #: Third-party plugins installed but not loaded (``third_party=False``).
+        self.deferred: list[Provider] = []
 
     # -- loading -----------------------------------------------------------------------------
 
-    def load_entry_points(self, disabled: set[str] | None = None) -> None:
-        """Load every installed ``asrkit`` entry point, in a stable order."""
+    def load_entry_points(self, disabled: set[str] | None = None,
+                          third_party: bool = True) -> None:
+        """Load every installed ``asrkit`` entry point, in a stable order; with
+        ``third_party=False`` only asrkit's own (the others are listed in :attr:`deferred`)."""
         disabled = disabled_names() if disabled is None else disabled
-        points = [
-            (Provider(ep.name, ep.dist.name if ep.dist else "unknown",
-                      ep.dist.version if ep.dist else ""), ep)
-            for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
-        ]
-        # asrkit's own first: what it registers is in place before any other plugin runs.
-        points.sort(key=lambda item: (not item[0].builtin, item[0].distribution, item[0].plugin))
-        for provider, ep in points:
+        for provider, ep in entry_points():
             if provider.plugin in disabled or provider.distribution in disabled:
+                if provider.builtin:
+                    self._remember_disabled(provider, ep)
                 continue
-            try:
-                module = ep.load()
-            except KeyboardInterrupt:
-                raise
-            except BaseException as error:  # even sys.exit() in a plugin must not end asrkit
-                self.failures.append(LoadFailure(provider, one_line(error)))
+            if not third_party and not provider.builtin:
+                self.deferred.append(provider)
                 continue
-            self.add_module(module, provider)
+            with self._watch(provider, "importing"):
+                try:
+                    module = ep.load()
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as error:  # even sys.exit() in a plugin must not end asrkit
+                    self.failures.append(LoadFailure(provider, one_line(error)))
+                    continue
+            with self._watch(provider, "registering"):
+                self.add_module(module, provider)
+
+    def _watch(self, provider: Provider, stage: str) -> contextlib.AbstractContextManager[None]:
+        """The watchdog over a third-party plugin's code; asrkit's own runs unwatched."""
+        seconds = 0.0 if provider.builtin else self.timeout
+        return watchdog(provider, stage, seconds, give_up)
+
+    def _remember_disabled(self, provider: Provider, ep: metadata.EntryPoint) -> None:
+        """Note the names one of asrkit's own plugins, disabled, would have registered, so that
+        a plugin registering one of them is reported as taking it over. The built-in's hooks
+        run on a scratch set and nothing of it is used; if it cannot even do that, there is
+        nothing to note."""
+        scratch = PluginSet()
+        try:
+            scratch.add_module(ep.load(), provider)
+            if provider.plugin in scratch.plugins:
+                import click
+
+                scratch.add_commands(click.Group())
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # a built-in that cannot load is simply not there
+            return
+        info = scratch.plugins.get(provider.plugin)
+        for kind, names in (info.registered if info else {}).items():
+            for name in names:
+                self.registry.disabled[(kind, name)] = provider
 
     def fail(self, provider: Provider, error: str) -> None:
         """Record that ``provider``'s plugin could not be (fully) used."""
@@ -188,7 +300,8 @@ class PluginSet:
                 continue
             staging = click.Group(cli.name)
             try:
-                info_module(self.manager, info).register_commands(cli=staging)
+                with self._watch(info.provider, "registering commands"):
+                    info_module(self.manager, info).register_commands(cli=staging)
             except KeyboardInterrupt:
                 raise
             except BaseException as error:
@@ -206,8 +319,16 @@ class PluginSet:
     # -- reporting ---------------------------------------------------------------------------
 
     def problems(self) -> list[str]:
-        """Every load failure and name conflict, one line each."""
-        return [f.message() for f in self.failures] + self.registry.problems()
+        """Every load failure, name conflict and built-in name taken over, one line each."""
+        return ([f.message() for f in self.failures] + self.registry.problems()
+                + self._commands_taken_over())
+
+    def _commands_taken_over(self) -> list[str]:
+        """A line for each command of a disabled built-in that another plugin now provides."""
+        return [self.registry.takeover_message("command", name, info.provider)
+                for info in self.plugins.values() if not info.provider.builtin
+                for name in info.registered.get("command", [])
+                if ("command", name) in self.registry.disabled]
 
     def check_strict(self) -> None:
         """Raise on the first problem when ``ASRKIT_STRICT_PLUGINS`` is set."""
@@ -237,7 +358,7 @@ class PluginSet:
                 }
                 for f in self.failures
             ],
-            "conflicts": self.registry.problems(),
+            "conflicts": self.registry.problems() + self._commands_taken_over(),
         }
 
     # -- blame -------------------------------------------------------------------------------
@@ -307,12 +428,28 @@ def info_module(manager: pluggy.PluginManager, info: PluginInfo) -> Any:
 _DEFAULT: PluginSet | None = None
 
 
-def get_plugins() -> PluginSet:
-    """The process-wide plugin set, loaded from entry points on first use."""
+def entry_points() -> list[tuple[Provider, metadata.EntryPoint]]:
+    """Every installed ``asrkit`` entry point with its provider, asrkit's own first (what it
+    registers is in place before any other plugin runs), then by distribution and name."""
+    points = [
+        (Provider(ep.name, ep.dist.name if ep.dist else "unknown",
+                  ep.dist.version if ep.dist else ""), ep)
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
+    ]
+    points.sort(key=lambda item: (not item[0].builtin, item[0].distribution, item[0].plugin))
+    return points
+
+
+def get_plugins(third_party: bool = True, watched: bool = False) -> PluginSet:
+    """The process-wide plugin set, loaded from entry points on first use: every plugin, or
+    with ``third_party=False`` asrkit's own only (enough for a help page). A set lacking the
+    third-party plugins is replaced by a full one when they are asked for.
+    ``watched``: load them under the import watchdog (the command line's; see the module's
+    docstring)."""
     global _DEFAULT
-    if _DEFAULT is None:
-        plugins = PluginSet()
-        plugins.load_entry_points()
+    if _DEFAULT is None or (third_party and _DEFAULT.deferred):
+        plugins = PluginSet(timeout=import_timeout() if watched else 0.0)
+        plugins.load_entry_points(third_party=third_party)
         _DEFAULT = plugins
     return _DEFAULT
 

@@ -61,6 +61,9 @@ class Registry:
     conflicts: dict[tuple[str, str], list[Provider]] = field(default_factory=dict)
     #: Third-party registrations of a built-in name, ignored in favour of the built-in.
     ignored: dict[tuple[str, str], list[Provider]] = field(default_factory=dict)
+    #: The names of asrkit's own plugins that ASRKIT_DISABLE_PLUGINS turned off, (kind, name)
+    #: -> the built-in: another plugin may take such a name, and is then reported.
+    disabled: dict[tuple[str, str], Provider] = field(default_factory=dict)
 
     def validate(self, kind: str, obj: Any) -> str:
         """Return the name of ``obj`` if it is a valid ``kind``, else raise :class:`PluginError`."""
@@ -120,11 +123,27 @@ class Registry:
             f"ASRKIT_DISABLE_PLUGINS={builtin.plugin})"
         )
 
+    def takeover_message(self, kind: str, name: str, provider: Provider) -> str:
+        """The warning for a built-in name that ``provider`` has because the built-in is off."""
+        builtin = self.disabled[(kind, name)]
+        return (f"{kind} {name!r} now comes from {provider}, because asrkit's own (plugin "
+                f"{builtin.plugin!r}) is disabled by ASRKIT_DISABLE_PLUGINS; take "
+                f"{builtin.plugin!r} out of it to use asrkit's again")
+
+    def taken_over(self) -> list[tuple[str, str, Provider]]:
+        """(kind, name, provider) of every disabled built-in's name another plugin provides."""
+        return [(kind, name, self.entries[kind][name].provider)
+                for kind, name in self.disabled
+                if kind in self.entries and name in self.entries[kind]
+                and not self.entries[kind][name].provider.builtin]
+
     def problems(self) -> list[str]:
-        """Every name conflict and every ignored claim on a built-in name, one line each."""
+        """Every name conflict, every ignored claim on a built-in name and every built-in name
+        taken over, one line each."""
         return ([self.conflict_message(kind, name) for kind, name in self.conflicts]
                 + [self.ignored_message(kind, name) for kind, name in self.ignored
-                   if name in self.entries[kind]])
+                   if name in self.entries[kind]]
+                + [self.takeover_message(*taken) for taken in self.taken_over()])
 
     def names(self, kind: str) -> list[str]:
         return sorted(self.entries[kind])

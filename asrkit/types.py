@@ -273,12 +273,13 @@ class FeatureConfig:
     whole samples.
     """
 
-    #: The rate of the audio ``extract`` reads, in Hz; asrkit's audio is always 16 kHz.
-    sample_rate: int = setting(SAMPLE_RATE, min=1)
-    #: The analysis window, in milliseconds.
-    window_ms: float = setting(25.0, above=0)
+    #: The rate of the audio ``extract`` reads, in Hz; asrkit's audio is always 16 kHz (at
+    #: most 192 kHz).
+    sample_rate: int = setting(SAMPLE_RATE, min=1, max=192_000)
+    #: The analysis window, in milliseconds (at most a second).
+    window_ms: float = setting(25.0, above=0, max=1000)
     #: The hop from one frame to the next, in milliseconds: the features' time resolution.
-    step_ms: float = setting(10.0, above=0)
+    step_ms: float = setting(10.0, above=0, max=1000)
 
     def __post_init__(self) -> None:
         validate(self)

@@ -26,7 +26,9 @@ def test_the_plugin_is_listed(site):
     plugins = {p["name"]: p for p in json.loads(listing.stdout)["plugins"]}
     assert plugins["datasets"]["distribution"] == PACKAGE
     assert plugins["datasets"]["registered"] == {"command": ["datasets"]}
-    assert "datasets" in run_asrkit("--help", pythonpath=site).stdout
+    helped = [line.strip() for line in run_asrkit("--help", pythonpath=site).stdout.splitlines()]
+    assert "datasets (asrkit-command-datasets 1.0.0)" in helped  # named, not imported
+    assert "Usage: asrkit datasets" in run_asrkit("datasets", "--help", pythonpath=site).stdout
 
 
 def test_the_command_lists_the_imported_datasets(site, datasets):

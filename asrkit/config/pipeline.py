@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from asrkit.core.errors import AsrkitError
-from asrkit.core.settings import MAX_SEED, setting, validate
+from asrkit.core.settings import MAX_BATCH_SIZE, MAX_SEED, setting, validate
 
 #: ``tf.data.AUTOTUNE``, without importing TensorFlow.
 AUTOTUNE = -1
@@ -22,20 +22,24 @@ class PipelineConfig:
     """How batches are made. Defaults suit training; :meth:`for_evaluation` suits evaluation."""
 
     #: Utterances a batch, per input pipeline (per replica under ``tf.distribute``).
-    batch_size: int = setting(16, min=1)
+    batch_size: int = setting(16, min=1, max=MAX_BATCH_SIZE)
     #: Batch by duration instead: at most this many seconds of *padded* audio a batch (its
     #: longest utterance's length times its utterances), per input pipeline; 0 = off (batches
     #: of ``batch_size``). Each length bucket gets the batch size that fits its longest length.
-    batch_seconds: float = setting(0.0, min=0)
+    #: At most ten hours (2.3 GB of audio alone).
+    batch_seconds: float = setting(0.0, min=0, max=36_000)
     #: Group utterances by length before batching (much less padding).
     bucketing: bool = True
     #: Bucket edges in seconds of audio; empty: :data:`num_buckets` quantiles of the split's
-    #: lengths (from ``<split>.csv``'s ``wav_filesize``, else a scan of the shards).
-    bucket_boundaries: tuple[float, ...] = setting((), above=0)
-    num_buckets: int = setting(16, min=1)
+    #: lengths (from ``<split>.csv``'s ``wav_filesize``, else a scan of the shards). At most a
+    #: day each.
+    bucket_boundaries: tuple[float, ...] = setting((), above=0, max=86_400)
+    #: Each bucket holds a batch being filled.
+    num_buckets: int = setting(16, min=1, max=1024)
     shuffle: bool = True
-    #: Utterances (their features, not audio) held for shuffling.
-    shuffle_buffer: int = setting(1024, min=1)
+    #: Utterances (their features, not audio) held for shuffling, in memory: at most a million
+    #: (a typo guard; a million long utterances' features already take hundreds of GB).
+    shuffle_buffer: int = setting(1024, min=1, max=1_000_000)
     #: Seeds shuffling and augmentation; None draws a fresh seed each run.
     seed: int | None = setting(0, min=0, max=MAX_SEED)
     #: Same seed -> same batches in the same order (slightly slower: no out-of-order results).
@@ -45,15 +49,18 @@ class PipelineConfig:
     cache: str = "none"
     #: Frames of context each side stacked onto every frame (Deep Speech: 9); 0 = none. Models
     #: usually do this themselves on the accelerator with :func:`asrkit.features.context_windows`.
-    context: int = setting(0, min=0)
-    #: SpecAugment (off while ``freq_masks`` and ``time_masks`` are 0).
-    freq_masks: int = setting(0, min=0)
-    freq_mask_width: int = setting(27, min=0)
-    time_masks: int = setting(0, min=0)
-    time_mask_width: int = setting(100, min=0)
+    #: Each frame grows 2 * context + 1 times.
+    context: int = setting(0, min=0, max=100)
+    #: SpecAugment (off while ``freq_masks`` and ``time_masks`` are 0): masks an utterance, and
+    #: their widths in feature bins and frames.
+    freq_masks: int = setting(0, min=0, max=100)
+    freq_mask_width: int = setting(27, min=0, max=1024)
+    time_masks: int = setting(0, min=0, max=100)
+    time_mask_width: int = setting(100, min=0, max=10_000)
     time_mask_max_ratio: float = setting(0.2, min=0, max=1)
     #: Speed perturbation factors drawn uniformly per utterance, e.g. (0.9, 1.0, 1.1); () = off.
-    speed_factors: tuple[float, ...] = setting((), above=0)
+    #: From a quarter to four times the speed: a factor f makes the audio 1/f times as long.
+    speed_factors: tuple[float, ...] = setting((), min=0.25, max=4)
     #: Pitch perturbation: (low, high) semitones, drawn uniformly per utterance; () = off.
     pitch_semitones: tuple[float, ...] = setting((), min=-12, max=12)
     #: Additive noise: (low, high) signal-to-noise ratio in dB, drawn per utterance; () = off.
@@ -62,10 +69,10 @@ class PipelineConfig:
     noise_folder: str = ""
     #: Add ``ids`` and ``transcripts`` to each batch (for evaluation reports).
     with_text: bool = False
-    #: Parallel calls of the per-utterance maps; -1 lets tf.data tune it.
-    parallel_calls: int = setting(AUTOTUNE, min=AUTOTUNE)
-    #: Batches prepared ahead; -1 lets tf.data tune it.
-    prefetch: int = setting(AUTOTUNE, min=AUTOTUNE)
+    #: Parallel calls of the per-utterance maps (threads); -1 lets tf.data tune it.
+    parallel_calls: int = setting(AUTOTUNE, min=AUTOTUNE, max=1024)
+    #: Batches prepared ahead, in memory; -1 lets tf.data tune it.
+    prefetch: int = setting(AUTOTUNE, min=AUTOTUNE, max=256)
 
     def __post_init__(self) -> None:
         validate(self, PipelineError)

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from asrkit.core.errors import AsrkitError
-from asrkit.core.settings import MAX_SEED, setting, validate
+from asrkit.core.settings import (
+    MAX_BATCH_SIZE,
+    MAX_EPOCHS,
+    MAX_MINUTES,
+    MAX_SEED,
+    MAX_STEPS,
+    setting,
+    validate,
+)
 
 #: The arithmetic of training (:mod:`asrkit.train.precision`).
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
@@ -34,23 +42,25 @@ class TrainConfig:
     #: (``ModelSpec.features``). A run records the one it uses.
     features: str = ""
     dataset: str = "sample"
-    epochs: int = setting(10, min=0)
+    epochs: int = setting(10, min=0, max=MAX_EPOCHS)
     #: Utterances per batch per device ("tower"); the global batch is this times the devices.
-    batch_size: int = setting(16, min=1)
-    learning_rate: float = setting(0.001, above=0)
+    batch_size: int = setting(16, min=1, max=MAX_BATCH_SIZE)
+    #: Adam's rate (with ``noam``, a factor of its schedule). Beyond 100 no model trains.
+    learning_rate: float = setting(0.001, above=0, max=100)
     beta1: float = setting(0.9, min=0, below=1)
     beta2: float = setting(0.999, min=0, below=1)
-    epsilon: float = setting(1e-8, above=0)
+    epsilon: float = setting(1e-8, above=0, max=1)
     #: Clip gradients to this global norm; 0 = no clipping.
-    clip_norm: float = setting(0.0, min=0)
+    #: Beyond the maximum nothing is clipped anyway; TensorFlow's float32 would make it inf.
+    clip_norm: float = setting(0.0, min=0, max=1e6)
     #: Linear warm-up of the learning rate over this many steps.
-    warmup_steps: int = setting(0, min=0)
+    warmup_steps: int = setting(0, min=0, max=MAX_STEPS)
     #: Reduce the learning rate by ``plateau_factor`` after this many dev evaluations without
     #: an improvement of ``min_delta`` in ``best_by``; 0 = never.
-    plateau_patience: int = setting(0, min=0)
+    plateau_patience: int = setting(0, min=0, max=MAX_EPOCHS)
     plateau_factor: float = setting(0.1, above=0, max=1)
     #: Stop after this many dev evaluations without improvement of ``best_by``; 0 = never.
-    early_stop_patience: int = setting(0, min=0)
+    early_stop_patience: int = setting(0, min=0, max=MAX_EPOCHS)
     #: The dev score that chooses the ``best`` checkpoint (what the report, ``evaluate``,
     #: ``transcribe`` and ``export`` use) and drives plateaus and early stopping. The error rate
     #: users read, by default: CTC's loss rises as a model grows confident while its errors
@@ -60,14 +70,14 @@ class TrainConfig:
     min_delta: float = setting(0.0, min=0)
     seed: int = setting(0, min=0, max=MAX_SEED)
     #: Stop after this many steps in all (0 = run all epochs).
-    max_steps: int = setting(0, min=0)
+    max_steps: int = setting(0, min=0, max=MAX_STEPS)
     #: Stop after this many minutes of training in this process (0 = no limit); the run can be
     #: resumed later for more.
-    max_minutes: float = setting(0.0, min=0)
+    max_minutes: float = setting(0.0, min=0, max=MAX_MINUTES)
     #: Write the latest checkpoint every this many minutes, and at every epoch end.
-    checkpoint_minutes: float = setting(10.0, min=0)
+    checkpoint_minutes: float = setting(10.0, min=0, max=MAX_MINUTES)
     #: ... and also every this many steps (0 = only by time and epoch).
-    checkpoint_steps: int = setting(0, min=0)
+    checkpoint_steps: int = setting(0, min=0, max=MAX_STEPS)
     #: Devices as towers: "" = every GPU (or the CPU), else e.g. "0,1" (GPU indices) or "cpu".
     devices: str = setting("", pattern=DEVICES_PATTERN, pattern_doc=(
         "'' (every GPU, else the CPU), 'cpu', GPU indices such as '0,1', or device names "
@@ -77,8 +87,9 @@ class TrainConfig:
     #: hardware, else float32 (:mod:`asrkit.train.precision`).
     precision: str = setting("auto", choices=PRECISIONS)
     #: Seconds a collective operation (gradient all-reduce) may wait for other workers before
-    #: the run stops with an error: a dead worker must not hang the others for ever.
-    worker_timeout: float = setting(300.0, above=0)
+    #: the run stops with an error: a dead worker must not hang the others for ever. At most a
+    #: day (TensorFlow takes it in whole milliseconds).
+    worker_timeout: float = setting(300.0, above=0, max=86_400)
     train_split: str = "train"
     dev_split: str = "dev"
     #: Evaluate on the dev split (every epoch end, the cadence below, the stop); false when
@@ -89,33 +100,35 @@ class TrainConfig:
     #: SentencePiece model from ``asrkit tokenizer build`` (:mod:`asrkit.tokenizers`).
     tokenizer: str = "chars"
     #: Stop with an error after this many consecutive batches with a non-finite loss.
-    max_bad_batches: int = setting(10, min=1)
-    log_every: int = setting(10, min=1)
+    max_bad_batches: int = setting(10, min=1, max=MAX_STEPS)
+    log_every: int = setting(10, min=1, max=MAX_STEPS)
     #: Evaluate on the dev split every this many minutes of training and/or steps (0 = off),
     #: besides every epoch end and the stop; the best checkpoint is chosen among them all.
-    eval_every_minutes: float = setting(0.0, min=0)
-    eval_every_steps: int = setting(0, min=0)
+    eval_every_minutes: float = setting(0.0, min=0, max=MAX_MINUTES)
+    eval_every_steps: int = setting(0, min=0, max=MAX_STEPS)
     #: The model's size preset (:mod:`asrkit.config.presets`): auto (``full`` on GPUs, ``cpu`` on a
     #: CPU), a preset's name, or none. A run records the one it used.
     preset: str = setting("auto", pattern=r"[A-Za-z0-9_.-]+")
     #: Micro-batches whose gradients make one update: K batches of B train as one of K*B.
-    accumulate_steps: int = setting(1, min=1)
+    #: Beyond 1024 an update comes too rarely to train.
+    accumulate_steps: int = setting(1, min=1, max=1024)
     #: The learning-rate schedule (:mod:`asrkit.train.schedules`): constant after the warm-up,
     #: cosine to ``lr_floor`` over ``lr_decay_steps`` (0: the run's length), noam, newbob.
     lr_schedule: str = setting("constant", choices=SCHEDULES)
     #: Where cosine ends, as a fraction of ``learning_rate``.
     lr_floor: float = setting(0.0, min=0, max=1)
-    lr_decay_steps: int = setting(0, min=0)
+    lr_decay_steps: int = setting(0, min=0, max=MAX_STEPS)
     #: Noam's model width (``d_model ** -0.5`` scales the rate).
-    noam_d_model: int = setting(512, min=1)
+    noam_d_model: int = setting(512, min=1, max=65_536)
     #: Newbob: multiply the rate by ``newbob_factor`` after a dev evaluation whose relative
     #: improvement over the previous one is below ``newbob_threshold``.
     newbob_threshold: float = setting(0.01)
     newbob_factor: float = setting(0.5, above=0, max=1)
     #: Exponential moving average of the weights, used for evaluation and export; 0 = off.
     ema_decay: float = setting(0.0, min=0, below=1)
-    #: Keep this many of the newest checkpoints besides latest and best (for ``asrkit average``).
-    keep_checkpoints: int = setting(0, min=0)
+    #: Keep this many of the newest checkpoints besides latest and best (for ``asrkit average``);
+    #: each is a copy of the weights on disk.
+    keep_checkpoints: int = setting(0, min=0, max=10_000)
     #: Fine-tuning: the run (``RUN:best`` or ``RUN:latest``) whose weights a new run starts
     #: from, set by ``--init-from``; "" = random weights (:mod:`asrkit.train.finetune`).
     init_from: str = ""
@@ -127,7 +140,7 @@ class TrainConfig:
     #: Pretraining by growth (:mod:`asrkit.train.growth`): the epochs (from 1, increasing) at
     #: whose end one layer is added; the run starts with one layer per listed epoch fewer than
     #: the model's configured count. Only for models that can grow (ds2, conformer).
-    grow_epochs: tuple[int, ...] = setting((), min=1)
+    grow_epochs: tuple[int, ...] = setting((), min=1, max=MAX_EPOCHS)
 
     def __post_init__(self) -> None:
         validate(self)

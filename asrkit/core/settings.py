@@ -51,6 +51,18 @@ from asrkit.core.errors import AsrkitError
 
 #: Seeds reach numpy, which takes 0 to 2**32 - 1.
 MAX_SEED = 2**32 - 1
+#: Upper bounds that several settings share. Each numeric setting declares a maximum (or the
+#: reason it needs none, in tests/test_settings_bounds.py): a mistyped ``-o`` value must be a
+#: one-line error, not a layer that exhausts memory, or a number that overflows where TensorFlow
+#: or a protocol buffer converts it, hours into a run.
+#: Steps of training (a count of batches): a billion is years of steps; 2**63 would overflow.
+MAX_STEPS = 10**9
+#: Epochs: more than any run can go through.
+MAX_EPOCHS = 100_000
+#: Minutes of training time: a year.
+MAX_MINUTES = 366 * 24 * 60
+#: Utterances a batch, per device: far beyond what fits an accelerator's memory.
+MAX_BATCH_SIZE = 4096
 #: The keys of a field's metadata holding its :class:`Range` and its one-line description.
 RANGE = "range"
 DOC = "doc"
@@ -103,7 +115,13 @@ class Range:
 
 
 def _num(value: float | None) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    """A bound as people read it and ``-o`` takes it back: ``0.25``, ``1e+06``, and a large
+    integer in groups of three (``1_000_000_000``, which Python's ``int`` reads)."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int) and abs(value) >= 100_000:
+        return f"{value:_}"
+    return str(value)
 
 
 def setting(default: Any, *, min: float | None = None, max: float | None = None,

@@ -49,7 +49,7 @@ class BeamConfig:
     three search settings every :class:`BeamSearchDecoder`'s ``Config`` has."""
 
     #: Prefixes kept after each frame. Cost grows about linearly with it.
-    beam_width: int = setting(100, min=1)
+    beam_width: int = setting(100, min=1, max=10_000)
     #: Only labels with at least this log-probability in a frame may extend a prefix (the
     #: frame's best label always may); a frame where only the blank is left is handled without
     #: sorting. ``None`` (or ``-inf``): every label, the exact search. e^-10 is 4.5e-5: such a

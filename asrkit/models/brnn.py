@@ -29,22 +29,32 @@ if TYPE_CHECKING:
     from asrkit.hookspecs import Register
 
 
+#: The widest layer a setting may ask for.
+MAX_UNITS = 8192
+#: Initial weights wider than this only overflow.
+MAX_STDDEV = 10.0
+
+
 @dataclass(frozen=True)
 class BRNNConfig:
-    n_hidden: int = setting(494, min=1)
-    n_cell: int = setting(494, min=1)
-    context: int = setting(9, min=0)
+    #: Units of the dense layers and of the LSTM cell: at most 8192 (the LSTM's weights alone
+    #: are then 2 GB).
+    n_hidden: int = setting(494, min=1, max=MAX_UNITS)
+    n_cell: int = setting(494, min=1, max=MAX_UNITS)
+    #: Frames of context each side of every frame (each input grows 2 * context + 1 times).
+    context: int = setting(9, min=0, max=100)
     dropout: float = setting(0.05, min=0, below=1)
-    relu_clip: float = setting(20.0, above=0)
-    forget_bias: float = setting(1.0)
+    #: Activations are clipped to [0, relu_clip]; float32 holds nothing much larger.
+    relu_clip: float = setting(20.0, above=0, max=1e6)
+    forget_bias: float = setting(1.0, min=-100, max=100)
     #: Standard deviation of the dense layers' initial weights and biases.
-    init_stddev: float = setting(0.1, above=0)
+    init_stddev: float = setting(0.1, above=0, max=MAX_STDDEV)
     #: Per-layer overrides of ``init_stddev`` (layers h1, h2, h3, h5, logits); 0 = use default.
-    h1_stddev: float = setting(0.0, min=0)
-    h2_stddev: float = setting(0.0, min=0)
-    h3_stddev: float = setting(0.0, min=0)
-    h5_stddev: float = setting(0.0, min=0)
-    logits_stddev: float = setting(0.0, min=0)
+    h1_stddev: float = setting(0.0, min=0, max=MAX_STDDEV)
+    h2_stddev: float = setting(0.0, min=0, max=MAX_STDDEV)
+    h3_stddev: float = setting(0.0, min=0, max=MAX_STDDEV)
+    h5_stddev: float = setting(0.0, min=0, max=MAX_STDDEV)
+    logits_stddev: float = setting(0.0, min=0, max=MAX_STDDEV)
     #: The recurrent layer's implementation: ``loop`` (the input projection hoisted out of the
     #: time loop: fastest on a CPU), ``keras`` (Keras' LSTM, cuDNN's fused kernel on a GPU), or
     #: ``auto``: ``keras`` when the towers are GPUs, else ``loop``. Both hold the same weights.

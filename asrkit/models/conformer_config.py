@@ -16,15 +16,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ConformerConfig:
-    d_model: int = setting(144, min=1)
-    num_heads: int = setting(4, min=1)
-    num_blocks: int = setting(16, min=1)
+    #: The model's width (Conformer-L: 512), attention heads and blocks: maxima far above the
+    #: largest published Conformer, to stop typos before they exhaust memory.
+    d_model: int = setting(144, min=1, max=4096)
+    num_heads: int = setting(4, min=1, max=64)
+    num_blocks: int = setting(16, min=1, max=64)
     #: Width of the feed-forward modules' hidden layer, in multiples of ``d_model``.
-    ff_multiplier: int = setting(4, min=1)
+    ff_multiplier: int = setting(4, min=1, max=16)
     #: Kernel size of the depthwise convolution (odd: centred on the frame).
-    conv_kernel: int = setting(31, min=1)
+    conv_kernel: int = setting(31, min=1, max=255)
     #: Channels of the two subsampling convolutions (Conformer-S: d_model).
-    subsampling_channels: int = setting(144, min=1)
+    subsampling_channels: int = setting(144, min=1, max=4096)
     #: Dropout after every module (before the residual sum) and after the subsampling.
     dropout: float = setting(0.1, min=0, below=1)
     #: Dropout on the attention probabilities.

@@ -32,15 +32,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DS2Config:
-    conv_channels: int = setting(32, min=1)
+    #: Channels of the two convolutions.
+    conv_channels: int = setting(32, min=1, max=1024)
     #: The model's subsampling of time (1-4): the first convolution strides time by 2 (by 3
     #: for 3), the second by what is left. 4 halves the recurrent work of 2 and still leaves a
     #: frame every 40 ms, enough for characters at ordinary speaking rates.
     time_stride: int = setting(2, min=1, max=4)
-    rnn_layers: int = setting(2, min=1)
-    rnn_units: int = setting(256, min=1)
+    #: Bidirectional GRU layers, and the units of each direction (at most 8192).
+    rnn_layers: int = setting(2, min=1, max=32)
+    rnn_units: int = setting(256, min=1, max=8192)
     dropout: float = setting(0.1, min=0, below=1)
-    relu_clip: float = setting(20.0, above=0)
+    #: Activations are clipped to [0, relu_clip]; float32 holds nothing much larger.
+    relu_clip: float = setting(20.0, above=0, max=1e6)
     #: The GRUs' implementation: ``loop`` (the input projection hoisted out of the time loop:
     #: fastest on a CPU), ``keras`` (Keras' GRU, cuDNN's fused kernel on a GPU), or ``auto``:
     #: ``keras`` when the towers are GPUs, else ``loop``. Both hold the same weights.

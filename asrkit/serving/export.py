@@ -38,11 +38,15 @@ temporary folder and renamed into place, so a crash never leaves half an export,
 verified before the rename: the exported model and the checkpoint must give the same logits on
 the same audio. ``force`` replaces only an export
 asrkit made (:mod:`asrkit.importing.outputs`): never the current folder, the run, or a user's
-folder.
+folder. Replacing one never leaves the user without an export, whatever stops it: the old
+export is renamed aside, the new one renamed into place, and the old one deleted only once
+both renames are on disk (:func:`put_in_place`); the next export finishes what a crash left
+(:func:`recover_replacement`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -54,6 +58,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from asrkit import __version__
 from asrkit.core.errors import AsrkitError
+from asrkit.core.files import sync_to_disk
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
 from asrkit.core.text import Alphabet, labels_from_json
 from asrkit.evaluation.restore import load_run_model
@@ -200,6 +205,8 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
     target = Path(output) if output is not None else default_output(Path(folder), fmt)
+    outputs.check_not_current(target, "write an export over")
+    recover_replacement(target)  # what a crash left of an earlier replacement
     _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
     run, model, state = load_run_model(folder, checkpoint)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -219,14 +226,76 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         meta["verified_max_abs_diff"] = verify_export(staging, module)
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         outputs.mark(staging, outputs.EXPORT)
-        if _occupied(target):  # checked again: the folder may have changed meanwhile
-            _check_target(target, Path(folder), force)
-            outputs.remove(target, outputs.EXPORT, [(Path(folder), "the run")])
-        os.replace(staging, target)
+        _check_target(target, Path(folder), force)  # again: the folder may have changed since
+        put_in_place(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     meta["path"] = str(target)
     return meta
+
+
+def aside_path(target: Path) -> Path:
+    """Where the export at ``target`` waits while its replacement is renamed into place: a
+    hidden sibling, on the same filesystem (so renames, not copies), whose name no staging
+    folder can have (``mkdtemp`` uses no ``-``)."""
+    return target.with_name(f".{target.name}.old-export")
+
+
+def put_in_place(staging: Path, target: Path) -> None:
+    """Rename the finished export ``staging`` to ``target``, replacing the export there (which
+    :func:`_check_target` allowed) so that a whole export is on disk at every moment: the new
+    export's files are synced, the old export is renamed aside, the new one renamed into place,
+    both renames synced (the parent folder), and only then the old one deleted. A failure of
+    the second rename puts the old export back; after a crash, :func:`recover_replacement`
+    does."""
+    _sync_tree(staging)
+    aside = aside_path(target)
+    replacing = _occupied(target)
+    if replacing:
+        os.replace(target, aside)
+    try:
+        os.replace(staging, target)
+    except BaseException:
+        if replacing:
+            with contextlib.suppress(OSError):  # if even this fails, the next export does it
+                os.replace(aside, target)
+        raise
+    sync_to_disk(target.parent)
+    if replacing:
+        _remove_aside(aside)
+
+
+def recover_replacement(target: Path) -> None:
+    """Finish a replacement of the export at ``target`` that a crash or a power cut stopped:
+    if the new export got into place, delete the old one left aside; if not, put the old one
+    back (it is the last whole export). Nothing to do when no export was left aside."""
+    aside = aside_path(target)
+    if aside.is_symlink() or not aside.is_dir():
+        return
+    if _occupied(target):
+        _remove_aside(aside)
+    else:
+        os.replace(aside, target)
+        sync_to_disk(target.parent)
+
+
+def _remove_aside(aside: Path) -> None:
+    """Delete an export set aside, unless it holds files asrkit does not write (then it is not
+    one of asrkit's, whatever its name says)."""
+    others = outputs.foreign(aside, outputs.EXPORT)
+    if others:
+        raise ExportError(f"{aside} holds files asrkit did not write ({', '.join(others)}); "
+                          "move it away, then export again")
+    shutil.rmtree(aside)
+
+
+def _sync_tree(folder: Path) -> None:
+    """Put every file and folder under ``folder`` on disk, so that once it is renamed into place
+    (and the export it replaces deleted) a power cut cannot leave it with empty files."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            sync_to_disk(Path(root) / name)
+        sync_to_disk(Path(root))
 
 
 def _occupied(target: Path) -> bool:
