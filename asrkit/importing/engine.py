@@ -36,13 +36,14 @@ from asrkit import __version__
 from asrkit.core.errors import AsrkitError
 from asrkit.core.files import append_line, write_atomic, write_json
 from asrkit.core.frames import SAMPLE_RATE
+from asrkit.core.locks import lock_path
 from asrkit.core.text import Alphabet, normalize, quote, recording_decodings
 from asrkit.dataset.audio import read_wav
 from asrkit.dataset.folders import DATASET_JSON, DEFAULT_MAX_SECONDS, asrkit_home
 from asrkit.dataset.manifest import Row, csv_text
 from asrkit.dataset.shards import SHARD_DIR, ShardRecord, is_shard_of, shard_name, write_shard
 from asrkit.importing import download, outputs
-from asrkit.importing.archive import Source, scan_sources
+from asrkit.importing.archive import MAX_METADATA_BYTES, Scan, Source, scan_sources
 from asrkit.importing.convert import (
     SegmentJob,
     SegmentResult,
@@ -143,6 +144,51 @@ def _given_archive(resource: Resource, resources: list[Resource], given: tuple[P
     if len(resources) == 1 and len(given) == 1:
         return given[0]
     return None
+
+
+# -- stage 2: scan -----------------------------------------------------------------------------
+
+
+class CorpusSource(Source):
+    """A source that leaves out the import's own files: its dataset folder and that folder's
+    lock, when they lie inside a corpus folder (``asrkit import folder corpus --output
+    corpus/ds``). Otherwise a rerun would find the corpus changed (the output's files are new
+    every run) and restart, and would import the output's WAVs as recordings of the corpus."""
+
+    def __init__(self, path: str | Path, dataset: Path, progress: bool = True) -> None:
+        super().__init__(path, progress)
+        self.own = own_members(self.path, dataset) if self.kind == "dir" else ()
+
+    def is_own(self, name: str) -> bool:
+        """Whether the member ``name`` is the dataset folder, its lock, or inside the folder."""
+        return any(name == own or name.startswith(own + "/") for own in self.own)
+
+    def scan(self, into: Scan, is_metadata: Callable[[str], bool],
+             limit: int = MAX_METADATA_BYTES) -> None:
+        if not self.own:
+            super().scan(into, is_metadata, limit)
+            return
+        part = Scan()
+        super().scan(part, lambda name: not self.is_own(name) and is_metadata(name), limit)
+        links = {name: target for name, target in part.links.items()
+                 if not self.is_own(name) and not self.is_own(target)}
+        into.members += [name for name in part.members
+                         if not self.is_own(name) and (name in links or name not in part.links)]
+        into.metadata.update(part.metadata)  # nothing of the dataset's was read
+        into.links.update(links)
+        into.skipped.update({name: why for name, why in part.skipped.items()
+                             if not self.is_own(name)})
+
+    def listing(self) -> Iterator[tuple[str, int, int]]:
+        return (entry for entry in super().listing() if not self.is_own(entry[0]))
+
+
+def own_members(root: Path, dataset: Path) -> tuple[str, ...]:
+    """The member names, in the folder ``root``, of ``dataset`` and of its lock (beside it),
+    for those inside ``root``; links resolved, as the folder's walk resolves them."""
+    real = root.resolve()
+    return tuple(path.relative_to(real).as_posix()
+                 for path in (dataset.resolve(), lock_path(dataset)) if real in path.parents)
 
 
 # -- stage 3: prepare --------------------------------------------------------------------------
@@ -398,23 +444,26 @@ def write_shards(dataset: Path, split: str, rows: list[tuple[str, Row]],
 
 
 def _fingerprint(importer: Importer, options: Mapping[str, Any], resources: list[Resource],
-                 config: ImportConfig, expectations: dict[str, download.Expected]) -> dict:
+                 config: ImportConfig, expectations: dict[str, download.Expected],
+                 dataset: Path) -> dict:
     """What the output depends on. Compared before anything is fetched, so it must be cheap:
     for a download, the checksum it is verified against (a mirror's ``SHA256SUMS`` or the
     published one: an import of a mirror's file is not taken for one of the published file),
-    and size and time stamps for the user's own files."""
+    and size and time stamps for the user's own files (but not of ``dataset``'s own files,
+    should it lie inside the corpus: they change with every run)."""
     return {
         "format": FORMAT_VERSION,
         "importer": importer.name,
         "options": {k: _jsonable(v) for k, v in sorted(options.items())},
-        "sources": [_source_key(r, resources, config, expectations) for r in resources],
+        "sources": [_source_key(r, resources, config, expectations, dataset)
+                    for r in resources],
         "max_seconds": config.max_seconds,
         "alphabet": list(config.alphabet.symbols),
     }
 
 
 def _source_key(resource: Resource, resources: list[Resource], config: ImportConfig,
-                expectations: dict[str, download.Expected]) -> dict[str, Any]:
+                expectations: dict[str, download.Expected], dataset: Path) -> dict[str, Any]:
     given = resource.path or _given_archive(resource, resources, config.archives,
                                             {p.name: p for p in config.archives})
     if given is None:
@@ -424,7 +473,7 @@ def _source_key(resource: Resource, resources: list[Resource], config: ImportCon
     path = Path(given).resolve()
     if not path.exists():
         raise AsrkitError(f"{path} does not exist")
-    source = Source(path, progress=False)
+    source = CorpusSource(path, dataset, progress=False)
     listing = hashlib.sha256()
     for name, size, mtime in sorted(source.listing()):
         shown = f"{path.name}/{name}" if source.kind == "dir" else name
@@ -462,7 +511,7 @@ def _import(importer: Importer, options: Mapping[str, Any], config: ImportConfig
     state = dataset / STATE_DIR
     resources = importer.resources(options)
     expectations = _expectations(resources, config)
-    fingerprint = _fingerprint(importer, options, resources, config, expectations)
+    fingerprint = _fingerprint(importer, options, resources, config, expectations, dataset)
     report_path = dataset / DATASET_JSON
     inputs = [(Path(r.path), "the corpus this import reads") for r in resources if r.path]
     inputs += [(path, "the corpus this import reads") for path in config.archives]
@@ -486,7 +535,8 @@ def _import(importer: Importer, options: Mapping[str, Any], config: ImportConfig
     write_json(saved, fingerprint)
 
     paths, fetched = _fetch(resources, config, expectations)
-    sources = [Source(path, progress=config.progress) for path in paths]
+    sources: list[Source] = [CorpusSource(path, dataset, progress=config.progress)
+                             for path in paths]
     scan = scan_sources(sources, importer.is_metadata, importer.max_metadata_bytes)
     with recording_decodings() as decoded:
         utterances = importer.prepare(scan.metadata, scan.members, options)
