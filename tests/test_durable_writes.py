@@ -4,8 +4,8 @@ can leave the final name on an empty or partial file (the rename reaches the dis
 data), and the next import keeps it.
 
 The system calls are watched (``os.fsync`` and ``os.replace``, recorded by path) rather than a
-power cut simulated: the order is the guarantee. (Converted recordings are not synced one by
-one: an fsync per file cost a fifth of the import's speed; see the changelog.)
+power cut simulated: the order is the guarantee. (Converted recordings are synced in groups,
+before the import's journal names them: an fsync per file cost a fifth of the import's speed.)
 """
 
 from __future__ import annotations
@@ -84,3 +84,62 @@ def test_an_imports_journal_cuts_a_torn_line_before_the_next_one(tmp_path):
     Journal(path).add("c.flac", [SegmentResult("train/c", 8000, 16044, None)])
     assert sorted(Journal(path).done) == ["a.flac", "c.flac"]
     assert all(json.loads(line) for line in path.read_text().splitlines())
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_imports_journal_names_only_recordings_on_disk(monkeypatch, tmp_path, jobs):
+    """A journal line makes a rerun trust the member's WAVs, so each WAV, and the folder entries
+    naming it up to the dataset folder, are synced before the line is written (the journal is
+    read at every fsync to tell). The converters' renames are seen in this process only with
+    ``--jobs 1``; then the folder is synced after the WAV's rename."""
+    from asrkit.importing.engine import JOURNAL, STATE_DIR, ImportConfig, run_import
+    from asrkit_importers.folder import FolderImporter
+    from tests.test_import_output import corpus
+
+    root = corpus(tmp_path / "rec", 20)
+    dataset = tmp_path / "ds"
+    journal = dataset / STATE_DIR / JOURNAL
+    events: list[tuple[str, Path, set[str]]] = []
+
+    def journaled() -> set[str]:
+        lines = journal.read_text().splitlines(keepends=True) if journal.exists() else []
+        return {json.loads(line)["member"] for line in lines if line.endswith("\n")}
+
+    fsync, replace = os.fsync, os.replace
+
+    def watched_fsync(descriptor):
+        fsync(descriptor)
+        events.append(("fsync", Path(os.readlink(f"/proc/self/fd/{descriptor}")), journaled()))
+
+    def watched_replace(source, target):
+        replace(source, target)
+        events.append(("replace", Path(target).resolve(), journaled()))
+
+    monkeypatch.setattr(os, "fsync", watched_fsync)
+    monkeypatch.setattr(os, "replace", watched_replace)
+    config = ImportConfig(home=tmp_path / "home", output=dataset, jobs=jobs, progress=False)
+    run_import(FolderImporter(), {"path": root, "split": None, "name": None}, config)
+
+    entries = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert sum(len(entry["results"]) for entry in entries) == 20
+    top = dataset.resolve()
+    for entry in entries:
+        for result in entry["results"]:
+            wav = top / "audio" / f"{result['key']}.wav"
+            renamed = [i for i, (kind, path, _) in enumerate(events)
+                       if (kind, path) == ("replace", wav)]
+            assert bool(renamed) == (jobs == 1)
+            above = [p for p in wav.parent.parents if top in (p, *p.parents)]  # audio/, ds/
+            assert synced_unjournaled(events, wav, entry["member"])
+            assert synced_unjournaled(events, wav.parent, entry["member"], after=renamed[-1:])
+            assert all(synced_unjournaled(events, folder, entry["member"])
+                       for folder in above), (entry, above)
+
+
+def synced_unjournaled(events: list[tuple[str, Path, set[str]]], path: Path, member: str,
+                       after: list[int] | None = None) -> bool:
+    """Whether ``path`` was fsynced while the journal did not name ``member`` yet (and after
+    the event numbered ``after``, if given)."""
+    start = after[0] + 1 if after else 0
+    return any(kind == "fsync" and synced == path and member not in seen
+               for kind, synced, seen in events[start:])

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -39,6 +41,22 @@ def sync_to_disk(path: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def sync_files(paths: Iterable[Path], pool: Executor | None = None) -> None:
+    """Wait until every file of ``paths``, already renamed into place, is on disk under its
+    name: its contents and its folder's entry. For a group of files written together (an
+    import's converted recordings) this costs far less than :func:`replace_durably` on each:
+    each folder is synced once for the group, and with a ``pool`` of threads the fsyncs run
+    side by side, so that the filesystem commits them together."""
+    files = list(dict.fromkeys(paths))
+    targets = files + list(dict.fromkeys(path.parent for path in files))
+    if pool is None:
+        for target in targets:
+            sync_to_disk(target)
+    else:
+        for _ in pool.map(sync_to_disk, targets):
+            pass
 
 
 def write_atomic(path: Path, text: str) -> None:

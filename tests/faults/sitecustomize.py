@@ -9,6 +9,8 @@ starts turns these variables into faults in that process and in the worker proce
   (default: the first); the stages are ``asrkit.train.checkpoints.SAVE_STAGES``.
 - ``ASRKIT_TEST_ENOSPC_AFTER=N``: in each converting process, the write after N recordings fails
   with ENOSPC, as a full disk fails it.
+- ``ASRKIT_TEST_STALL_AFTER_WAVS=N``: a converting process stops for good instead of writing
+  its (N+1)-th recording (its other threads go on), for the test to kill it at that point.
 """
 
 from __future__ import annotations
@@ -41,3 +43,19 @@ if _enospc_after:
         _written += 1
 
     convert._before_write = _full
+
+_stall_after = os.environ.get("ASRKIT_TEST_STALL_AFTER_WAVS")
+if _stall_after:
+    import threading
+
+    from asrkit.importing import convert
+
+    _converted = 0
+
+    def _stall(path: object) -> None:
+        global _converted
+        if _converted >= int(_stall_after or 0):
+            threading.Event().wait()
+        _converted += 1
+
+    convert._before_write = _stall
