@@ -52,7 +52,14 @@ from asrkit.dataset.folders import DATASET_JSON, DEFAULT_MAX_SECONDS, asrkit_hom
 from asrkit.dataset.manifest import Row, csv_text
 from asrkit.dataset.shards import SHARD_DIR, ShardRecord, is_shard_of, shard_name, write_shard
 from asrkit.importing import download, outputs
-from asrkit.importing.archive import MAX_METADATA_BYTES, Scan, Source, scan_sources
+from asrkit.importing.archive import (
+    MAX_MEMBER_BYTES,
+    MAX_METADATA_BYTES,
+    MAX_METADATA_TOTAL_BYTES,
+    Scan,
+    Source,
+    scan_sources,
+)
 from asrkit.importing.convert import (
     SegmentJob,
     SegmentResult,
@@ -164,8 +171,9 @@ class CorpusSource(Source):
     corpus/ds``). Otherwise a rerun would find the corpus changed (the output's files are new
     every run) and restart, and would import the output's WAVs as recordings of the corpus."""
 
-    def __init__(self, path: str | Path, dataset: Path, progress: bool = True) -> None:
-        super().__init__(path, progress)
+    def __init__(self, path: str | Path, dataset: Path, progress: bool = True,
+                 member_limit: int = MAX_MEMBER_BYTES) -> None:
+        super().__init__(path, progress, member_limit)
         self.own = own_members(self.path, dataset) if self.kind == "dir" else ()
 
     def is_own(self, name: str) -> bool:
@@ -173,12 +181,13 @@ class CorpusSource(Source):
         return any(name == own or name.startswith(own + "/") for own in self.own)
 
     def scan(self, into: Scan, is_metadata: Callable[[str], bool],
-             limit: int = MAX_METADATA_BYTES) -> None:
+             limit: int = MAX_METADATA_BYTES, total: int = MAX_METADATA_TOTAL_BYTES) -> None:
         if not self.own:
-            super().scan(into, is_metadata, limit)
+            super().scan(into, is_metadata, limit, total)
             return
         part = Scan()
-        super().scan(part, lambda name: not self.is_own(name) and is_metadata(name), limit)
+        super().scan(part, lambda name: not self.is_own(name) and is_metadata(name), limit,
+                     total)
         links = {name: target for name, target in part.links.items()
                  if not self.is_own(name) and not self.is_own(target)}
         into.members += [name for name in part.members
