@@ -21,6 +21,7 @@ import pytest
 import soundfile
 
 from asrkit.dataset import audio
+from asrkit.dataset.folders import MAX_MEMBER_BYTES
 from asrkit.importing import archive
 from asrkit.importing.convert import SegmentJob, convert_member
 from asrkit_importers.folder import FolderImporter
@@ -116,7 +117,7 @@ def test_a_sparse_gigabyte_member_is_skipped_unread(tmp_path):
     report, peak = printed["report"], printed["peak"]
     assert peak < GIB, f"peak RSS {peak / 2**20:.0f} MiB"
     assert report["total"]["utterances"] == 1
-    reason = archive.too_large(archive.MAX_MEMBER_BYTES)
+    reason = archive.too_large(MAX_MEMBER_BYTES)
     assert report["skipped"][reason]["files"] == ["toy/big.wav"]
     assert report["skipped"]["audio file missing"]["utterances"] == ["train/big"]
 
@@ -140,6 +141,30 @@ def test_a_member_over_the_bound_is_never_read(tmp_path):
         assert dict(source.stream(wanted)) == {prefix + "a.wav": small}
     (folder / "a.wav").write_bytes(big)  # grown between the passes
     assert dict(archive.Source(folder, member_limit=50).stream({"a.wav"})) == {}
+
+
+def test_max_file_size_sets_the_bound_and_is_part_of_the_import(asrkit_cli, asrkit_home,
+                                                                 tmp_path):
+    """``--max-file-size`` is how a user raises (or lowers) the bound the skip reason names;
+    another value is another import, so the same folder is not taken as up to date."""
+    root = tmp_path / "sizes"
+    root.mkdir()
+    sparse_wav(root / "big.wav", 3 << 20)  # 98 s of 16 kHz silence
+    (root / "big.txt").write_text(TRANSCRIPT)
+    recording(root, "a")
+    output = tmp_path / "ds"
+    small = asrkit_cli(corpora.import_args("folder", root, "--output", output, "--json",
+                                           "--max-file-size", "2"))
+    assert small.exit_code == 0, small.stderr[-2000:]
+    reason = archive.too_large(2 << 20)
+    assert "raise --max-file-size" in reason
+    assert json.loads(small.stdout)["skipped"][reason]["files"] == ["big.wav"]
+    default = asrkit_cli(corpora.import_args("folder", root, "--output", output, "--json",
+                                             "--force"))
+    assert default.exit_code == 0, default.stderr[-2000:]
+    assert reason not in json.loads(default.stdout)["skipped"]
+    refused = asrkit_cli(corpora.import_args("folder", root, "--max-file-size", "0"))
+    assert refused.exit_code == 2
 
 
 # -- 2. a long clip is not decoded whole ---------------------------------------------------------
@@ -286,3 +311,19 @@ def test_names_with_control_characters_import(asrkit_cli, asrkit_home, tmp_path)
     assert report["total"]["utterances"] == 3
     names = (asrkit_home / "datasets/odd-names/train.csv").read_text()
     assert "audio/train/new_line.wav" in names and "audio/train/sp_k_c.wav" in names
+
+
+def test_a_path_longer_than_a_file_name_may_be_still_imports(asrkit_cli, asrkit_home, tmp_path):
+    """A folder corpus's utterance id is the file's whole path: two folders of 150 characters
+    make an id no file name can hold (255 bytes). It is cut, with a digest of the whole path, so
+    that two such files stay apart."""
+    root = tmp_path / "long"
+    deep = root / ("s" * 150) / ("t" * 150)
+    recording(deep, "a" * 100)
+    recording(deep, "a" * 99 + "b")
+    output = tmp_path / "ds"
+    done = asrkit_cli(corpora.import_args("folder", root, "--output", output))
+    assert done.exit_code == 0, done.stderr[-2000:]
+    names = sorted(p.name for p in (output / "audio" / "train").iterdir())
+    assert len(names) == 2 and names[0] != names[1]
+    assert all(len(name) <= 210 for name in names)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from asrkit.commands.options import FiniteFloat
-from asrkit.dataset.folders import DATASET_JSON, DEFAULT_MAX_SECONDS
+from asrkit.dataset.folders import DATASET_JSON, DEFAULT_MAX_SECONDS, MAX_MEMBER_BYTES
 from asrkit.types import Importer
 
 if TYPE_CHECKING:
@@ -43,7 +43,10 @@ def summary(result: ImportResult) -> str:
 
 
 COMMON_PARAMS = {"output", "mirror", "archive", "no_verify", "jobs", "force", "max_duration",
-                 "alphabet", "no_progress", "as_json"}
+                 "max_file_size", "alphabet", "no_progress", "as_json"}
+
+#: The most ``--max-file-size`` allows, in MiB: a recording is held in memory while converted.
+MAX_FILE_MIB = 1 << 16
 
 
 def import_command(importer: Importer) -> click.Command:
@@ -63,6 +66,7 @@ def import_command(importer: Importer) -> click.Command:
             jobs=params["jobs"] or (os.cpu_count() or 1),
             force=params["force"],
             max_seconds=params["max_duration"],
+            max_member_bytes=params["max_file_size"] << 20,
             alphabet=alphabet,
             progress=not params["no_progress"],
         )
@@ -106,6 +110,10 @@ def import_command(importer: Importer) -> click.Command:
         click.Option(["--max-duration"], type=FiniteFloat(min=0.1),
                      default=DEFAULT_MAX_SECONDS, show_default=True,
                      help="Skip utterances longer than this many seconds."),
+        click.Option(["--max-file-size"], type=click.IntRange(min=1, max=MAX_FILE_MIB),
+                     default=MAX_MEMBER_BYTES >> 20, show_default=True, metavar="MIB",
+                     help="Skip (and name) recordings larger than this many MiB, unread: each "
+                          "is held in memory while it is converted."),
         click.Option(["--alphabet"], type=click.Path(exists=True, dir_okay=False),
                      default=None, help="Alphabet file [default: English a-z, space, ']."),
         click.Option(["--no-progress"], is_flag=True, help="No progress bars."),

@@ -44,6 +44,7 @@ from tqdm import tqdm
 
 from asrkit.core.errors import AsrkitError
 from asrkit.core.text import quote
+from asrkit.dataset.folders import MAX_MEMBER_BYTES
 
 #: Largest transcript or listing member read by default (an importer may allow more): corpora's
 #: transcripts are kilobytes, and the bound keeps a hostile archive from filling the memory.
@@ -52,11 +53,6 @@ MAX_METADATA_BYTES = 16 << 20
 #: for one member, when larger): LibriSpeech's 960 hours hold 60 MB of transcripts, a large
 #: Common Voice language's listings a few hundred MB.
 MAX_METADATA_TOTAL_BYTES = 2 << 30
-#: Largest recording read, in bytes: 4.6 hours of 16 kHz 16-bit mono (TED-LIUM's SPHERE talks,
-#: the longest recordings of the corpora asrkit reads, are under an hour), 48 minutes of 48 kHz
-#: 16-bit stereo WAV. A recording is held in memory whole while it is converted, so a larger
-#: member (a ``tar --sparse`` archive of 10 kB can hold a 1 GiB one) is skipped unread.
-MAX_MEMBER_BYTES = 512 << 20
 #: Deepest folder read. Corpora nest a few folders deep; a file's id is its path, which at a
 #: thousand folders is far too long to name the file it is converted to.
 MAX_FOLDER_DEPTH = 100
@@ -261,8 +257,8 @@ class Source:
 
 def too_large(limit: int) -> str:
     """Why a member larger than ``limit`` bytes was not read (a key of the import's report)."""
-    return (f"larger than {limit / (1 << 20):,.0f} MiB, the most read of one recording (cut it "
-            "into shorter files to import it)")
+    return (f"larger than {limit / (1 << 20):,.0f} MiB, the most read of one recording (raise "
+            "--max-file-size, or cut it into shorter files)")
 
 
 @contextlib.contextmanager

@@ -48,12 +48,16 @@ from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.locks import lock_path
 from asrkit.core.text import Alphabet, normalize, quote, recording_decodings
 from asrkit.dataset.audio import read_wav
-from asrkit.dataset.folders import DATASET_JSON, DEFAULT_MAX_SECONDS, asrkit_home
+from asrkit.dataset.folders import (
+    DATASET_JSON,
+    DEFAULT_MAX_SECONDS,
+    MAX_MEMBER_BYTES,
+    asrkit_home,
+)
 from asrkit.dataset.manifest import Row, csv_text
 from asrkit.dataset.shards import SHARD_DIR, ShardRecord, is_shard_of, shard_name, write_shard
 from asrkit.importing import download, outputs
 from asrkit.importing.archive import (
-    MAX_MEMBER_BYTES,
     MAX_METADATA_BYTES,
     MAX_METADATA_TOTAL_BYTES,
     Scan,
@@ -77,6 +81,9 @@ JOURNAL = "journal.jsonl"
 SHARD_BYTES = 64 << 20
 MIN_SHARDS = 4
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
+#: The longest utterance id, in characters (ASCII once made safe): a WAV's name is the id and a
+#: suffix or two (``_2``, ``.wav``, ``.partial``), within the 255 bytes of a file name.
+MAX_ID_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,8 @@ class ImportConfig:
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
     force: bool = False
     max_seconds: float = DEFAULT_MAX_SECONDS
+    #: The largest recording read (``--max-file-size``); a larger one is skipped unread.
+    max_member_bytes: int = MAX_MEMBER_BYTES
     alphabet: Alphabet = field(default_factory=Alphabet)
     progress: bool = True
 
@@ -230,8 +239,15 @@ class Planned:
 
 
 def safe_id(text: str) -> str:
-    """An utterance id usable as a file name."""
-    return _UNSAFE_ID.sub("_", text)
+    """An utterance id usable as a file name: unsafe characters replaced, and an id longer
+    than :data:`MAX_ID_CHARS` (a folder corpus's id is the file's whole path, which can pass
+    the 255 bytes a file name may have) cut, with a digest of the whole id kept so that
+    ids sharing a long beginning stay apart."""
+    safe = _UNSAFE_ID.sub("_", text)
+    if len(safe) <= MAX_ID_CHARS:
+        return safe
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return f"{safe[:MAX_ID_CHARS - 17]}_{digest}"
 
 
 def plan(utterances: Iterator[Utterance], importer: Importer, members: set[str],
@@ -570,6 +586,9 @@ def _fingerprint(importer: Importer, options: Mapping[str, Any], resources: list
                     for r in resources],
         "max_seconds": config.max_seconds,
         "alphabet": list(config.alphabet.symbols),
+        # Only when changed: datasets imported before the option keep their fingerprint.
+        **({"max_member_bytes": config.max_member_bytes}
+           if config.max_member_bytes != MAX_MEMBER_BYTES else {}),
     }
 
 
@@ -646,7 +665,8 @@ def _import(importer: Importer, options: Mapping[str, Any], config: ImportConfig
     write_json(saved, fingerprint)
 
     paths, fetched = _fetch(resources, config, expectations)
-    sources: list[Source] = [CorpusSource(path, dataset, progress=config.progress)
+    sources: list[Source] = [CorpusSource(path, dataset, progress=config.progress,
+                                          member_limit=config.max_member_bytes)
                              for path in paths]
     scan = scan_sources(sources, importer.is_metadata, importer.max_metadata_bytes)
     with recording_decodings() as decoded:
