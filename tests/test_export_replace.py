@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from asrkit.importing import outputs
 from asrkit.serving import export
 from asrkit.serving.export import ExportError, export_run
 
@@ -161,3 +162,18 @@ def test_an_aside_folder_with_foreign_files_is_not_deleted(exports):
         exports.write("new")
     assert (aside / "notes.txt").read_text() == "mine\n"
     assert holding(exports.parent, "old") == ["exported"]
+
+
+@pytest.mark.parametrize("made", ["model.onnx", "model.tflite", "saved_model.pb"])
+def test_every_format_asrkit_exports_may_be_replaced(tmp_path, made):
+    """``--force`` replaces an export of any format asrkit writes (an ONNX export was taken
+    for foreign files), and still refuses a file it does not write."""
+    folder = tmp_path / "export"
+    folder.mkdir()
+    outputs.mark(folder, outputs.EXPORT)
+    for name in (made, "asrkit.json", "alphabet.txt"):
+        (folder / name).write_text("x")
+    outputs.check_replaceable(folder, outputs.EXPORT)
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(outputs.OutputError, match=r"notes\.txt"):
+        outputs.check_replaceable(folder, outputs.EXPORT)

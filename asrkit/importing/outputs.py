@@ -57,9 +57,10 @@ DATASET = Layout("dataset", (MARKER, "dataset.json", "alphabet.txt", "*.csv", "*
                  {"audio": ("*.wav", "*.partial"), "shards": ("*.tfrecord", "*.partial"),
                   ".import": ("*",)},
                  evidence=("dataset.json", ".import"))
-#: Everything ``asrkit export`` writes: a SavedModel or a TFLite flatbuffer and their metadata.
+#: Everything ``asrkit export`` writes: a SavedModel, a TFLite flatbuffer or an ONNX model, and
+#: their metadata.
 EXPORT = Layout("export", (MARKER, "saved_model.pb", "fingerprint.pb", "model.tflite",
-                           "asrkit.json", "alphabet.txt"),
+                           "model.onnx", "asrkit.json", "alphabet.txt"),
                 {"variables": ("*",), "assets": ("*",)}, evidence=("asrkit.json",))
 
 
