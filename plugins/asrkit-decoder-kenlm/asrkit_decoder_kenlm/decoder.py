@@ -44,12 +44,12 @@ class KenLMConfig:
     #: The language model: an ARPA file (e.g. from ``asrkit lm build``) or a KenLM binary.
     lm: str = ""
     #: Weight of the language model's natural-log probability of each word.
-    alpha: float = setting(0.5, min=0)
+    alpha: float = setting(0.5, min=0, max=100)
     #: Word insertion bonus: added for every word; counters the LM's preference for few words.
-    beta: float = setting(1.5)
+    beta: float = setting(1.5, min=-100, max=100)
     #: Added for a word the model (or ``unigrams``) does not know, and to a prefix whose
     #: unfinished word fits no known word (a penalty: 0 or negative). 0 turns both off.
-    unk_offset: float = setting(-10.0, max=0)
+    unk_offset: float = setting(-10.0, min=-1000, max=0)
     #: One word a line: the vocabulary for the unfinished-word check. Default: the ARPA file's
     #: unigrams; a binary model without this file gets no unfinished-word check.
     unigrams: str = ""
@@ -57,7 +57,7 @@ class KenLMConfig:
     #: ``</s>``. False: the utterance is a fragment of running text.
     sentence_boundaries: bool = True
     #: Prefixes kept after each frame.
-    beam_width: int = setting(100, min=1)
+    beam_width: int = setting(100, min=1, max=10_000)
     #: As for ``beam``: labels below this log-probability in a frame extend no prefix.
     #: pyctcdecode's default; ``none`` or ``-inf`` for every label.
     token_min_logp: float | None = setting(-5.0, max=0, finite=False)

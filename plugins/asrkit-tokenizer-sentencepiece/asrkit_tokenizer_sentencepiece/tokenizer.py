@@ -57,7 +57,7 @@ class SentencePieceConfig:
     #: Pieces in the model, ``<unk>`` included (the acoustic model outputs one more class, the
     #: CTC blank). At least the transcripts' characters plus one; at most what the transcripts
     #: support (the build says how many when asked for more).
-    vocab_size: int = setting(256, min=4)
+    vocab_size: int = setting(256, min=4, max=1_000_000)
     #: ``unigram`` (a unigram language model pruned to size; SentencePiece's default) or
     #: ``bpe`` (byte-pair encoding: the most frequent pairs merged until the size is reached).
     model_type: str = setting("unigram", choices=MODEL_TYPES)
