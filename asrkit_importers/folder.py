@@ -17,6 +17,16 @@ read (a listing wins when both are present):
    split is its ``split`` column, else ``--split``, else the listing's name when it is
    ``train``, ``dev`` or ``test`` (``dev.tsv``), else ``train``. Several listings are read.
 
+**Held-out splits.** When nothing says a split (no ``--split``, no ``train``/``dev``/``test``
+folder, listing name or column), a folder of :data:`MIN_TO_HOLD_OUT` utterances or more is split
+by itself: ``--test-fraction`` (10 %) goes to ``test``, ``--dev-fraction`` (10 %) to ``dev``, the
+rest to ``train``, so that a run has a dev split to choose its best checkpoint by and ``asrkit
+evaluate`` a test split to score, with no option given. The choice is seeded (``--split-seed``)
+and stable: an utterance's split follows a hash of its id (or speaker), so adding recordings
+never moves the others. When every utterance has a speaker and there are at least three, whole
+speakers are held out, so that no speaker is heard in two splits (a model is then scored on
+voices it never heard).
+
 Any format sox reads is accepted (WAV, FLAC, MP3, Ogg, Opus, SPHERE, ...), at any rate and
 channel count; everything is converted to 16 kHz mono 16-bit. The utterance id is the file's
 path in the folder without the extension. The dataset is named by ``--name``, by default the
@@ -26,6 +36,7 @@ folder's own name.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import posixpath
 from collections.abc import Iterator, Mapping, Sequence
@@ -45,6 +56,11 @@ FILE_COLUMNS = ("file", "path", "filename", "wav_filename", "audio")
 TEXT_COLUMNS = ("transcript", "text", "sentence")
 SPLIT_NAMES = ("train", "dev", "test")
 DEFAULT_SPLIT = "train"
+#: The fewest utterances a folder without splits is split from (fewer all go to ``train``: a
+#: folder of five recordings has nothing to spare).
+MIN_TO_HOLD_OUT = 10
+#: Distinct speakers needed to hold out whole speakers (one each for test and dev, one to train).
+MIN_SPEAKERS = 3
 
 
 def check_split(split: str, where: str) -> str:
@@ -111,6 +127,14 @@ class FolderImporter(Importer):
                               "else train/dev/test folders or listings, else train]."),
             click.Option(["--name"], default=None,
                          help="Dataset name [default: the folder's name]."),
+            click.Option(["--dev-fraction"], type=click.FloatRange(0, 0.5), default=0.1,
+                         show_default=True,
+                         help="Without splits in the folder: the share held out as dev."),
+            click.Option(["--test-fraction"], type=click.FloatRange(0, 0.5), default=0.1,
+                         show_default=True,
+                         help="Without splits in the folder: the share held out as test."),
+            click.Option(["--split-seed"], type=click.IntRange(0), default=0,
+                         show_default=True, help="Seed of that choice."),
         ]
 
     def dataset_name(self, options: Mapping[str, Any]) -> str:
@@ -135,9 +159,14 @@ class FolderImporter(Importer):
             check_split(forced, "--split")
         listings = self._listings(metadata)
         if listings:
-            utterances = self._from_listings(listings, options, forced)
+            found_here = list(self._from_listings(listings, options, forced))
         else:
-            utterances = self._beside(metadata, members, forced)
+            found_here = list(self._beside(metadata, members, forced))
+        utterances = [(u, member) for u, member, _ in found_here]
+        if not any(said for _, _, said in found_here):
+            utterances = hold_out(utterances, options.get("dev_fraction", 0.0),
+                                  options.get("test_fraction", 0.0),
+                                  options.get("split_seed", 0))
         seen: set[tuple[str, str]] = set()
         taken: set[tuple[str, str]] = set()
         found = False
@@ -171,7 +200,8 @@ class FolderImporter(Importer):
 
     def _from_listings(self, listings: dict[str, tuple[str, str, list]],
                        options: Mapping[str, Any],
-                       forced: str | None) -> Iterator[tuple[Utterance, str]]:
+                       forced: str | None) -> Iterator[tuple[Utterance, str, bool]]:
+        """Each listed utterance, its member, and whether a split was said for it."""
         root = Path(options["path"]).resolve()
         for name, (file_column, text_column, rows) in listings.items():
             stem = posixpath.splitext(name)[0]
@@ -182,16 +212,19 @@ class FolderImporter(Importer):
                     raise AsrkitError(f"{name}:{line}: the {file_column} column is empty")
                 member = _member(audio, root)
                 split = check_split(row.get("split") or default, f"{name}:{line}")
+                said = bool(forced or row.get("split") or stem in SPLIT_NAMES)
                 yield Utterance(
                     id=posixpath.splitext(member)[0],
                     split=split,
                     audio=member,
                     transcript=row.get(text_column, ""),
                     speaker=row.get("speaker", ""),
-                ), member
+                ), member, said
 
     def _beside(self, metadata: Mapping[str, bytes], members: Sequence[str],
-                forced: str | None) -> Iterator[tuple[Utterance, str]]:
+                forced: str | None) -> Iterator[tuple[Utterance, str, bool]]:
+        """Each recording with a transcript beside it, its member, and whether a split was said
+        for it (``--split``, or a split folder)."""
         for member in sorted(members):
             stem, extension = posixpath.splitext(member)
             if extension.lower() not in AUDIO_EXTENSIONS or _hidden(member):
@@ -209,7 +242,38 @@ class FolderImporter(Importer):
                 audio=member,
                 transcript=" ".join(text.split()),
                 speaker="" if speaker in SPLIT_NAMES and folder == top else speaker,
-            ), member
+            ), member, bool(forced) or in_split_folder
+
+
+def hold_out(utterances: list[tuple[Utterance, str]], dev_fraction: float,
+             test_fraction: float, seed: int) -> list[tuple[Utterance, str]]:
+    """``utterances`` (all in ``train``) with ``test_fraction`` of them moved to ``test`` and
+    ``dev_fraction`` to ``dev`` (at least one each when asked for), whole speakers at a time
+    when every utterance has one and there are :data:`MIN_SPEAKERS`; ``train`` always keeps a
+    group. Groups are taken in the order of a seeded hash of their key, so the choice depends on
+    the seed and each group's own name, not on what else is in the folder."""
+    if len(utterances) < MIN_TO_HOLD_OUT or not (dev_fraction or test_fraction):
+        return utterances
+    speakers = {u.speaker for u, _ in utterances}
+    by_speaker = "" not in speakers and len(speakers) >= MIN_SPEAKERS
+
+    def key(utterance: Utterance) -> str:
+        return utterance.speaker if by_speaker else utterance.id
+
+    sizes: dict[str, int] = {}
+    for utterance, _ in utterances:
+        sizes[key(utterance)] = sizes.get(key(utterance), 0) + 1
+    order = sorted(sizes, key=lambda k: hashlib.sha256(f"{seed}\0{k}".encode()).hexdigest())
+    chosen: dict[str, str] = {}
+    taken = 0
+    for split, fraction in (("test", test_fraction), ("dev", dev_fraction)):
+        wanted = max(1, round(len(utterances) * fraction)) if fraction else 0
+        count = 0
+        while count < wanted and taken < len(order) - 1:
+            chosen[order[taken]] = split
+            count += sizes[order[taken]]
+            taken += 1
+    return [(replace(u, split=chosen.get(key(u), u.split)), member) for u, member in utterances]
 
 
 def _transcript(metadata: Mapping[str, bytes], name: str, recording: str) -> bytes:

@@ -194,3 +194,67 @@ def test_split_from_csv_names():
     assert split_from_name("cv_validation") == "dev"
     assert split_from_name("test") == "test"
     assert split_from_name("ldc93s1") == "ldc93s1"
+
+
+# -- a folder without splits is split by itself ------------------------------------------------
+
+CLIP = SPEECH / "ldc93s1" / "LDC93S1.wav"
+
+
+def flat_folder(root: Path, names: list[str]) -> Path:
+    """Recordings with transcripts beside them (``spkN/x`` names make speaker folders)."""
+    for name in names:
+        wav = root / f"{name}.wav"
+        wav.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(CLIP, wav)
+        wav.with_suffix(".txt").write_text(LDC)
+    return root
+
+
+def splits_of(dataset: Path) -> dict[str, set[str]]:
+    return {split: {row["wav_filename"].rsplit("/", 1)[-1][:-4]
+                    for row in csv.DictReader((dataset / f"{split}.csv").open())}
+            for split in ("train", "dev", "test") if (dataset / f"{split}.csv").exists()}
+
+
+def test_a_folder_without_splits_holds_out_dev_and_test(asrkit_cli, asrkit_home, tmp_path):
+    """20 recordings and no option: 16 train, 2 dev, 2 test (what a run and `asrkit evaluate`
+    need); adding a recording moves none of the others, and another seed chooses others."""
+    root = flat_folder(tmp_path / "mine", [f"r{i:02d}" for i in range(20)])
+    assert asrkit_cli(corpora.import_args("folder", root)).exit_code == 0
+    first = splits_of(asrkit_home / "datasets" / "mine")
+    assert {s: len(ids) for s, ids in first.items()} == {"train": 16, "dev": 2, "test": 2}
+
+    flat_folder(root, ["r20"])
+    assert asrkit_cli(corpora.import_args("folder", root, "--force")).exit_code == 0
+    again = splits_of(asrkit_home / "datasets" / "mine")
+    moved = {i for s in first for i in first[s] if i not in again[s]}
+    assert moved == set()
+
+    other = asrkit_cli(corpora.import_args("folder", root, "--split-seed", "7", "--name", "m7"))
+    assert other.exit_code == 0
+    assert splits_of(asrkit_home / "datasets" / "m7")["test"] != again["test"]
+
+
+def test_speakers_are_held_out_whole(asrkit_cli, asrkit_home, tmp_path):
+    names = [f"spk{s}/u{i}" for s in range(5) for i in range(4)]
+    root = flat_folder(tmp_path / "voices", names)
+    assert asrkit_cli(corpora.import_args("folder", root)).exit_code == 0
+    dataset = asrkit_home / "datasets" / "voices"
+    speakers = {split: {row["speaker"] for row in csv.DictReader((dataset / f"{split}.csv")
+                                                                 .open())}
+                for split in ("train", "dev", "test")}
+    assert all(speakers.values())
+    assert not (speakers["train"] & speakers["dev"] or speakers["train"] & speakers["test"]
+                or speakers["dev"] & speakers["test"])
+
+
+@pytest.mark.parametrize("args", [[], ["--dev-fraction", "0", "--test-fraction", "0"]],
+                         ids=["too-few", "fractions-0"])
+def test_small_folders_and_zero_fractions_stay_in_train(asrkit_cli, asrkit_home, tmp_path,
+                                                        args):
+    count = 9 if not args else 12
+    root = flat_folder(tmp_path / "few", [f"r{i}" for i in range(count)])
+    assert asrkit_cli(corpora.import_args("folder", root, *args)).exit_code == 0
+    assert {s: len(v) for s, v in splits_of(asrkit_home / "datasets" / "few").items()} == {
+        "train": count}
