@@ -353,6 +353,17 @@ def dataset(tmp_path_factory):
     return folder
 
 
+#: The four utterances in order, unaugmented, with their ids.
+PLAIN = PipelineConfig(batch_size=4, shuffle=False, deterministic=True, with_text=True, seed=5)
+
+
+def make(folder, config: PipelineConfig) -> tf.data.Dataset:
+    from asrkit.core.text import Alphabet
+    from asrkit.pipeline.batches import make_dataset
+
+    return make_dataset(folder, "train", Alphabet(), "mfcc", config=config)
+
+
 def features_by_id(dataset: tf.data.Dataset) -> dict[str, np.ndarray]:
     return {uid.decode(): features[:length]
             for batch in dataset.as_numpy_iterator()
@@ -360,35 +371,32 @@ def features_by_id(dataset: tf.data.Dataset) -> dict[str, np.ndarray]:
                                              batch["feature_lengths"], strict=True)}
 
 
-def test_pipeline_warps_and_reverberates_seeded_and_anew_each_epoch(dataset, tmp_path):
-    """Every utterance changes (reverb_prob=1) and keeps its length; the same seed gives the same
-    features, the next epoch other ones; a folder's room is used the same way."""
-    import soundfile
-
-    from asrkit.core.text import Alphabet
-    from asrkit.pipeline.batches import make_dataset
-
-    plain = PipelineConfig(batch_size=4, shuffle=False, deterministic=True, with_text=True,
-                           seed=5)
-    voices = replace(plain, vtlp_alpha=(0.9, 1.1), reverb_rt60=(0.3, 0.6), reverb_prob=1.0)
-
-    def make(config: PipelineConfig) -> tf.data.Dataset:
-        return make_dataset(dataset, "train", Alphabet(), "mfcc", config=config)
-
-    dry = features_by_id(make(plain))
-    augmented = make(voices)
+@pytest.mark.parametrize("settings", [{"vtlp_alpha": (0.9, 1.1)},
+                                      {"reverb_rt60": (0.3, 0.6), "reverb_prob": 1.0}])
+def test_pipeline_augments_seeded_and_anew_each_epoch(dataset, settings):
+    """VTLP and reverb (reverb_prob=1) each change every utterance and keep its length; the same
+    seed gives the same features, the next epoch other ones."""
+    dry = features_by_id(make(dataset, PLAIN))
+    augmented = make(dataset, replace(PLAIN, **settings))
     first, second = features_by_id(augmented), features_by_id(augmented)
-    again = features_by_id(make(voices))
+    again = features_by_id(make(dataset, replace(PLAIN, **settings)))
     assert sorted(first) == sorted(dry) == ["u0", "u1", "u2", "u3"]
     for uid, features in dry.items():
         assert first[uid].shape == features.shape
         assert not np.allclose(first[uid], features, atol=1e-2)
         np.testing.assert_array_equal(first[uid], again[uid])
         assert not np.array_equal(first[uid], second[uid])
+
+
+def test_pipeline_reverberates_in_the_folders_rooms(dataset, tmp_path):
+    import soundfile
+
     response = np.zeros(1600, np.float32)
     response[0], response[1500] = 1.0, 0.7
     soundfile.write(tmp_path / "room.wav", response, RATE)
-    recorded = features_by_id(make(replace(plain, rir_folder=str(tmp_path), reverb_prob=1.0)))
+    dry = features_by_id(make(dataset, PLAIN))
+    recorded = features_by_id(make(dataset, replace(PLAIN, rir_folder=str(tmp_path),
+                                                    reverb_prob=1.0)))
     assert all(not np.allclose(recorded[uid], dry[uid], atol=1e-2) for uid in dry)
 
 
