@@ -23,7 +23,7 @@ sees different ones.
   semitone or two is another plausible speaker, which is what makes a model generalise to
   speakers it never heard.
 - Vocal-tract-length perturbation (VTLP; Jaitly & Hinton, 2013): the frequency axis is warped
-  by a factor ``alpha`` drawn uniformly from a range (0.9-1.1 in the paper), linearly up to a
+  by a factor ``alpha`` drawn uniformly from ``vtlp_alpha`` (0.9-1.1 in the paper), linearly up to a
   boundary (``4800 Hz * min(alpha, 1) / alpha``) and piecewise linearly above it so that the
   Nyquist frequency maps to itself: formants move as with a shorter or longer vocal tract while
   the pitch's harmonics move with them and the tempo stays. The paper warps the power spectrum
@@ -32,11 +32,13 @@ sees different ones.
   because features come from pluggable extractors that see only audio: one STFT and its
   inverse per utterance, as pitch perturbation costs.
 - Room reverberation: the utterance convolved (FFT convolution, cut to its length) with a room
-  impulse response, for a share ``reverb_prob`` of the utterances: synthesised per utterance (a
-  direct path of 1.0, a 2-10 ms pre-delay, then Gaussian noise decaying 60 dB in an RT60 drawn
-  from a range, at a direct-to-reverberant ratio drawn from a range), or drawn from a folder of
-  recorded responses, each aligned on its direct path (the largest sample, moved to the start
-  and scaled to 1) so the dry sound keeps its level and its timing.
+  impulse response, for a share ``reverb_prob`` of the utterances (the others stay dry):
+  synthesised per utterance (a direct path of 1.0, a 2-10 ms pre-delay, then Gaussian noise
+  decaying 60 dB in an RT60 drawn from ``reverb_rt60``, at a direct-to-reverberant energy ratio
+  drawn from ``reverb_drr_db``), or drawn from ``rir_folder``'s recorded responses, each aligned
+  on its direct path (the largest sample, moved to the start and scaled to 1) so the dry sound
+  keeps its level and its timing. A model trained on close-talk speech alone fails in rooms;
+  this is the cheap way to show it rooms.
 - Additive noise at a signal-to-noise ratio drawn uniformly from a range (dB, over the
   utterance's mean power): a random stretch of a noise bank (recordings loaded from a folder),
   or, without one, synthesised coloured noise whose power falls as ``f ** slope`` with the slope
