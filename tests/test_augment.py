@@ -1,13 +1,17 @@
-"""Pitch perturbation, time stretching and additive noise: what each does to real signals."""
+"""Pitch perturbation, time stretching, VTLP, reverberation and additive noise: what each does
+to real signals, and that the pipeline applies them, seeded, in a training."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from asrkit.config.pipeline import PipelineConfig, PipelineError
-from asrkit.pipeline.batches import load_noise_bank
-from tests.conftest import SPEECH
+from asrkit.pipeline.batches import load_noise_bank, load_rir_bank
+from tests.conftest import SPEECH, TINY
 
 RATE = 16000
 
@@ -120,3 +124,300 @@ def test_augmentation_settings_are_checked():
     evaluation = PipelineConfig(pitch_semitones=(-1.0, 1.0), noise_snr_db=(10.0, 30.0),
                                 speed_factors=(0.9, 1.1)).for_evaluation()
     assert not evaluation.audio_augment
+
+
+def speech() -> np.ndarray:
+    import soundfile
+
+    audio, rate = soundfile.read(SPEECH / "ldc93s1" / "LDC93S1.wav", dtype="float32")
+    assert rate == RATE
+    return audio
+
+
+# -- vocal-tract-length perturbation ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alpha", [0.8, 0.9, 1.1, 1.25])
+def test_vtlp_warp_is_the_papers_piecewise_line(alpha):
+    """Linear by alpha up to F_hi * min(alpha, 1) / alpha, then straight to the Nyquist frequency,
+    which maps to itself; continuous and increasing, so the band maps onto itself."""
+    from asrkit.pipeline.augment import VTLP_HIGH_HZ, vtlp_frequency
+
+    frequencies = np.linspace(0.0, 8000.0, 8001).astype(np.float32)
+    warped = vtlp_frequency(frequencies, alpha, 8000.0).numpy()
+    boundary = VTLP_HIGH_HZ * min(alpha, 1.0) / alpha
+    below = frequencies <= boundary
+    np.testing.assert_allclose(warped[below], alpha * frequencies[below], rtol=1e-6)
+    assert warped[0] == 0.0 and warped[-1] == pytest.approx(8000.0)
+    assert np.all(np.diff(warped) > 0)
+    corner = alpha * boundary  # one straight segment from the boundary's image to Nyquist
+    line = 8000.0 - (8000.0 - corner) / (8000.0 - boundary) * (8000.0 - frequencies[~below])
+    np.testing.assert_allclose(warped[~below], line, atol=0.01)
+
+
+def test_vtlp_by_one_gives_the_speech_back():
+    from asrkit.pipeline.augment import vtlp_warp
+
+    audio = speech()
+    np.testing.assert_allclose(vtlp_warp(audio, 1.0).numpy(), audio, atol=1e-4)
+
+
+@pytest.mark.parametrize(("frequency", "alpha"), [(300.0, 1.1), (1000.0, 1.1), (1000.0, 0.9),
+                                                  (2500.0, 1.2), (6000.0, 1.1)])
+def test_vtlp_moves_a_tone_where_the_warp_says(frequency, alpha):
+    """Below the boundary a tone moves to alpha times its frequency (6 kHz is above it, where
+    the warp bends towards the Nyquist frequency); the length and loudness stay."""
+    from asrkit.pipeline.augment import vtlp_frequency, vtlp_warp
+
+    audio = tone(frequency)
+    warped = vtlp_warp(audio, alpha).numpy()
+    assert len(warped) == len(audio)
+    target = float(vtlp_frequency(np.float32(frequency), alpha, 8000.0))
+    if frequency < 4000:
+        assert target == pytest.approx(alpha * frequency)
+    assert abs(peak(warped) - target) <= 2.0
+    assert np.sqrt(np.mean(warped ** 2)) == pytest.approx(np.sqrt(np.mean(audio ** 2)), rel=1e-3)
+
+
+def test_vtlp_draws_a_factor_per_seed_from_the_range():
+    import tensorflow as tf
+
+    from asrkit.pipeline.augment import vtlp_perturb
+
+    audio = tone(1000.0)
+    moved = {seed: peak(vtlp_perturb(audio, tf.constant([seed, 5]), (0.9, 1.1)).numpy())
+             for seed in range(8)}
+    assert all(900.0 <= hz <= 1100.0 for hz in moved.values())
+    assert max(moved.values()) - min(moved.values()) > 50.0  # the factor varies with the seed
+    again = vtlp_perturb(audio, tf.constant([3, 5]), (0.9, 1.1)).numpy()
+    np.testing.assert_array_equal(again, vtlp_perturb(audio, tf.constant([3, 5]),
+                                                      (0.9, 1.1)).numpy())
+    assert vtlp_perturb(audio, tf.constant([3, 5]), ()) is audio
+
+
+# -- reverberation ------------------------------------------------------------------------------
+
+
+def impulse(samples: int = 3 * RATE) -> np.ndarray:
+    audio = np.zeros(samples, np.float32)
+    audio[0] = 1.0
+    return audio
+
+
+def onset(response: np.ndarray) -> int:
+    """Where a response's reverberant tail starts (the FFT leaves ~1e-7 in the silence)."""
+    return int(np.flatnonzero(np.abs(response[1:]) > 1e-5)[0]) + 1
+
+
+def schroeder_rt60(response: np.ndarray) -> float:
+    """RT60 of a response's reverberant tail (after the direct path and the silence behind it):
+    the Schroeder backward-integrated energy decay, fitted from -5 to -35 dB (T30)."""
+    tail = response[onset(response):]
+    decay = np.cumsum((tail.astype(np.float64) ** 2)[::-1])[::-1]
+    decibels = 10 * np.log10(decay / decay[0])
+    fitted = (decibels <= -5) & (decibels >= -35)
+    slope = np.polyfit(np.flatnonzero(fitted) / RATE, decibels[fitted], 1)[0]
+    return -60.0 / slope
+
+
+def test_fft_convolution_equals_numpys_cut_to_the_input():
+    from asrkit.pipeline.augment import convolve
+
+    rng = np.random.default_rng(1)
+    audio, rir = rng.normal(size=5000).astype(np.float32), rng.normal(size=700).astype(np.float32)
+    out = convolve(audio, rir).numpy()
+    np.testing.assert_allclose(out, np.convolve(audio, rir)[:5000], atol=1e-3)
+
+
+def test_reverb_of_an_impulse_is_a_room_with_the_drawn_rt60_and_drr():
+    """The response a room gives an impulse: the direct path at 1.0, a 2-10 ms pre-delay, then a
+    tail whose energy decay (Schroeder) gives an RT60 within the drawn range, at the drawn
+    direct-to-reverberant ratio."""
+    import tensorflow as tf
+
+    from asrkit.pipeline.augment import add_reverb
+
+    measured = []
+    for seed in range(6):
+        room = add_reverb(impulse(), tf.constant([seed, 3]), rt60=(0.2, 0.8),
+                          drr_db=(4.0, 4.0)).numpy()
+        assert len(room) == 3 * RATE and room[0] == pytest.approx(1.0)
+        assert 0.002 * RATE <= onset(room) <= 0.01 * RATE + 1
+        assert 10 * np.log10(1.0 / np.sum(room[1:] ** 2)) == pytest.approx(4.0, abs=0.01)
+        measured.append(schroeder_rt60(room))
+        assert 0.2 * 0.95 <= measured[-1] <= 0.8 * 1.05
+    assert max(measured) - min(measured) > 0.15  # drawn per seed, not fixed
+    fixed = add_reverb(impulse(), tf.constant([9, 9]), rt60=(0.5, 0.5)).numpy()
+    assert schroeder_rt60(fixed) == pytest.approx(0.5, rel=0.05)
+    np.testing.assert_array_equal(
+        fixed, add_reverb(impulse(), tf.constant([9, 9]), rt60=(0.5, 0.5)).numpy())
+
+
+def test_reverb_keeps_the_length_and_leaves_the_drawn_share_dry():
+    import tensorflow as tf
+
+    from asrkit.pipeline.augment import add_reverb
+
+    audio = speech()
+    wet = 0
+    for seed in range(40):
+        out = add_reverb(audio, tf.constant([seed, 1]), rt60=(0.3, 0.6), probability=0.5).numpy()
+        assert len(out) == len(audio)
+        wet += not np.array_equal(out, audio)
+    assert 10 <= wet <= 30
+    dry = add_reverb(audio, tf.constant([1, 1]), rt60=(0.3, 0.6), probability=0.0).numpy()
+    np.testing.assert_array_equal(dry, audio)
+
+
+def test_recorded_rooms_come_from_the_folder_aligned_on_their_direct_path(tmp_path):
+    """Each file's largest sample (here after 50 samples of flight time, and negative) becomes
+    1.0 at the start, and one file is drawn per utterance: an echo 0.5 x the direct path,
+    800 or 2000 samples late, is what the reverberated signal gains."""
+    import soundfile
+    import tensorflow as tf
+
+    from asrkit.pipeline.augment import add_reverb
+
+    for name, echo in (("a.wav", 800), ("b.flac", 2000)):
+        response = np.zeros(50 + echo + 100, np.float32)
+        response[50], response[50 + echo] = -0.8, -0.4
+        soundfile.write(tmp_path / name, response, RATE)
+    bank = load_rir_bank(str(tmp_path))
+    audio = np.random.default_rng(2).normal(size=RATE).astype(np.float32) * 0.1
+    echoes = set()
+    for seed in range(8):
+        out = add_reverb(audio, tf.constant([seed, 2]), probability=1.0, bank=bank).numpy()
+        added = out - audio
+        delay = int(np.flatnonzero(np.abs(added) > 1e-4)[0])
+        np.testing.assert_allclose(added[delay:], 0.5 * audio[:RATE - delay], atol=1e-4)
+        echoes.add(delay)
+    assert echoes == {800, 2000}
+
+
+def test_rir_folder_errors_are_one_line(tmp_path):
+    import soundfile
+
+    with pytest.raises(PipelineError, match=r"rir_folder .*: no \.wav or \.flac"):
+        load_rir_bank(str(tmp_path))
+    soundfile.write(tmp_path / "quiet.wav", np.zeros(100, np.float32), RATE)
+    with pytest.raises(PipelineError, match=r"quiet\.wav is silent"):
+        load_rir_bank(str(tmp_path))
+    soundfile.write(tmp_path / "quiet.wav", impulse(100), 8000)
+    with pytest.raises(PipelineError, match="8000 Hz"):
+        load_rir_bank(str(tmp_path))
+
+
+def test_vtlp_and_reverb_settings_are_checked():
+    with pytest.raises(PipelineError, match="vtlp_alpha must be a range"):
+        PipelineConfig(vtlp_alpha=(1.1, 0.9))
+    with pytest.raises(PipelineError, match=r"vtlp_alpha=0.2,1.0 .* \[0.5, 2\]"):
+        PipelineConfig(vtlp_alpha=(0.2, 1.0))
+    with pytest.raises(PipelineError, match="reverb_rt60 must be a range"):
+        PipelineConfig(reverb_rt60=(0.5,))
+    with pytest.raises(PipelineError, match=r"reverb_rt60=0.0,0.5 .* \(0, 4\]"):
+        PipelineConfig(reverb_rt60=(0.0, 0.5))
+    with pytest.raises(PipelineError, match=r"reverb_prob=1\.5"):
+        PipelineConfig(reverb_prob=1.5)
+    with pytest.raises(PipelineError, match="reverb_drr_db must be a range"):
+        PipelineConfig(reverb_rt60=(0.2, 0.5), reverb_drr_db=(10.0, 0.0))
+    with pytest.raises(PipelineError, match="reverb_rt60 needs reverb_drr_db"):
+        PipelineConfig(reverb_rt60=(0.2, 0.5), reverb_drr_db=())
+    with pytest.raises(PipelineError, match="not both"):
+        PipelineConfig(reverb_rt60=(0.2, 0.5), rir_folder="rooms")
+    assert PipelineConfig(vtlp_alpha=(0.9, 1.1)).audio_augment
+    assert PipelineConfig(rir_folder="rooms").audio_augment
+    assert not PipelineConfig(reverb_rt60=(0.2, 0.5), reverb_prob=0.0).audio_augment
+    evaluation = PipelineConfig(vtlp_alpha=(0.9, 1.1), reverb_rt60=(0.2, 0.5)).for_evaluation()
+    assert not evaluation.audio_augment
+
+
+# -- in the pipeline and in a training ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """Four utterances of real speech in one shard of split ``train``."""
+    import soundfile
+
+    from asrkit.dataset.shards import ShardRecord, shard_name, write_shard
+
+    folder = tmp_path_factory.mktemp("voices")
+    clips = [*sorted((SPEECH / "librispeech").glob("*.wav"))[:3],
+             SPEECH / "ldc93s1" / "LDC93S1.wav"]
+    records = []
+    for number, path in enumerate(clips):
+        audio, rate = soundfile.read(path, dtype="int16")
+        assert rate == RATE
+        records.append(ShardRecord(f"u{number}", audio.tobytes(), "a transcript"))
+    write_shard(folder / "shards" / shard_name("train", 0, 1), records)
+    return folder
+
+
+#: The four utterances in order, unaugmented, with their ids.
+PLAIN = PipelineConfig(batch_size=4, shuffle=False, deterministic=True, with_text=True, seed=5)
+
+
+def make(folder, config: PipelineConfig) -> tf.data.Dataset:
+    from asrkit.core.text import Alphabet
+    from asrkit.pipeline.batches import make_dataset
+
+    return make_dataset(folder, "train", Alphabet(), "mfcc", config=config)
+
+
+def features_by_id(dataset: tf.data.Dataset) -> dict[str, np.ndarray]:
+    return {uid.decode(): features[:length]
+            for batch in dataset.as_numpy_iterator()
+            for uid, features, length in zip(batch["ids"], batch["features"],
+                                             batch["feature_lengths"], strict=True)}
+
+
+@pytest.mark.parametrize("settings", [{"vtlp_alpha": (0.9, 1.1)},
+                                      {"reverb_rt60": (0.3, 0.6), "reverb_prob": 1.0}])
+def test_pipeline_augments_seeded_and_anew_each_epoch(dataset, settings):
+    """VTLP and reverb (reverb_prob=1) each change every utterance and keep its length; the same
+    seed gives the same features, the next epoch other ones."""
+    dry = features_by_id(make(dataset, PLAIN))
+    augmented = make(dataset, replace(PLAIN, **settings))
+    first, second = features_by_id(augmented), features_by_id(augmented)
+    again = features_by_id(make(dataset, replace(PLAIN, **settings)))
+    assert sorted(first) == sorted(dry) == ["u0", "u1", "u2", "u3"]
+    for uid, features in dry.items():
+        assert first[uid].shape == features.shape
+        assert not np.allclose(first[uid], features, atol=1e-2)
+        np.testing.assert_array_equal(first[uid], again[uid])
+        assert not np.array_equal(first[uid], second[uid])
+
+
+def test_pipeline_reverberates_in_the_folders_rooms(dataset, tmp_path):
+    import soundfile
+
+    response = np.zeros(1600, np.float32)
+    response[0], response[1500] = 1.0, 0.7
+    soundfile.write(tmp_path / "room.wav", response, RATE)
+    dry = features_by_id(make(dataset, PLAIN))
+    recorded = features_by_id(make(dataset, replace(PLAIN, rir_folder=str(tmp_path),
+                                                    reverb_prob=1.0)))
+    assert all(not np.allclose(recorded[uid], dry[uid], atol=1e-2) for uid in dry)
+
+
+@pytest.fixture
+def home(datasets, monkeypatch):
+    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
+    return datasets
+
+
+def test_a_training_with_vtlp_and_reverb_runs_end_to_end(home, asrkit_cli, tmp_path):
+    import json
+
+    run = tmp_path / "voices"
+    result = asrkit_cli(["train", "--epochs", "1", "--batch-size", "4", *TINY,
+                         "-o", "pipeline.vtlp_alpha=0.9,1.1", "-o", "pipeline.reverb_rt60=0.2,0.8",
+                         "-o", "pipeline.reverb_prob=0.5", "-o", "log_every=1", "--run-dir", run,
+                         "--no-progress"])
+    assert result.exit_code == 0, result.stderr[-3000:]
+    pipeline = json.loads((run / "config.json").read_text())["pipeline"]
+    assert pipeline["vtlp_alpha"] == [0.9, 1.1] and pipeline["reverb_rt60"] == [0.2, 0.8]
+    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events if e["event"] == "epoch"] == [4]
+    losses = [e["loss"] for e in events if e["event"] == "step"]
+    assert len(losses) == 4 and np.isfinite(losses).all()

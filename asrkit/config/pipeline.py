@@ -67,6 +67,19 @@ class PipelineConfig:
     noise_snr_db: tuple[float, ...] = setting((), min=-20, max=100)
     #: A folder of 16 kHz noise recordings (WAV/FLAC) to mix in; "" = synthesised noise.
     noise_folder: str = ""
+    #: Vocal-tract-length perturbation: (low, high) frequency-warp factor drawn per utterance,
+    #: e.g. (0.9, 1.1); () = off.
+    vtlp_alpha: tuple[float, ...] = setting((), min=0.5, max=2)
+    #: Reverberation in synthesised rooms: (low, high) RT60 in seconds drawn per utterance;
+    #: () = off.
+    reverb_rt60: tuple[float, ...] = setting((), above=0, max=4)
+    #: The synthesised rooms' direct-to-reverberant energy ratio: (low, high) dB, drawn.
+    reverb_drr_db: tuple[float, ...] = setting((0.0, 10.0), min=-20, max=40)
+    #: Reverberation in recorded rooms: a folder of 16 kHz room impulse responses (WAV/FLAC),
+    #: one drawn per utterance; "" = none.
+    rir_folder: str = ""
+    #: The share of utterances reverberated (the others stay dry).
+    reverb_prob: float = setting(0.5, min=0, max=1)
     #: Add ``ids`` and ``transcripts`` to each batch (for evaluation reports).
     with_text: bool = False
     #: Parallel calls of the per-utterance maps (threads); -1 lets tf.data tune it.
@@ -91,6 +104,16 @@ class PipelineConfig:
                                 "size is what fits the budget)")
         if self.noise_folder and not self.noise_snr_db:
             raise PipelineError("noise_folder needs noise_snr_db (the range of SNRs to mix at)")
+        for name in ("vtlp_alpha", "reverb_rt60", "reverb_drr_db"):
+            value = getattr(self, name)
+            if value and (len(value) != 2 or value[0] > value[1]):
+                raise PipelineError(f"{name} must be a range LOW,HIGH, not {value}")
+        if self.reverb_rt60 and not self.reverb_drr_db:
+            raise PipelineError("reverb_rt60 needs reverb_drr_db (the range of direct-to-"
+                                "reverberant ratios)")
+        if self.reverb_rt60 and self.rir_folder:
+            raise PipelineError("set reverb_rt60 (synthesised rooms) or rir_folder (recorded "
+                                "ones), not both")
 
     @property
     def spec_augment(self) -> bool:
@@ -98,8 +121,14 @@ class PipelineConfig:
 
     @property
     def audio_augment(self) -> bool:
-        """Whether the audio itself changes each epoch (speed, pitch or noise)."""
-        return bool(self.speed_factors or self.pitch_semitones or self.noise_snr_db)
+        """Whether the audio itself changes each epoch (speed, pitch, VTLP, reverb or noise)."""
+        return bool(self.speed_factors or self.pitch_semitones or self.noise_snr_db
+                    or self.vtlp_alpha or self.reverb)
+
+    @property
+    def reverb(self) -> bool:
+        """Whether some utterances are reverberated (synthesised or recorded rooms)."""
+        return bool(self.reverb_rt60 or self.rir_folder) and self.reverb_prob > 0
 
     def for_evaluation(self) -> PipelineConfig:
         """The same batching without shuffling or augmentation, in a fixed order, with text."""
@@ -113,5 +142,8 @@ class PipelineConfig:
             pitch_semitones=(),
             noise_snr_db=(),
             noise_folder="",
+            vtlp_alpha=(),
+            reverb_rt60=(),
+            rir_folder="",
             with_text=True,
         )

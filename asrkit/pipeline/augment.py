@@ -1,6 +1,7 @@
-"""Data augmentation inside the TensorFlow graph: speed, pitch, noise and SpecAugment.
+"""Data augmentation inside the TensorFlow graph: speed, pitch, vocal tract, room, noise and
+SpecAugment.
 
-Both are off unless asked for, and both are *seeded*: every random choice comes from TensorFlow's
+Each is off unless asked for, and each is *seeded*: every random choice comes from TensorFlow's
 stateless random ops with a per-utterance seed that the pipeline draws from a seeded stream, so a
 run with the same seed sees the same masks and speeds in the same epochs, and a different epoch
 sees different ones.
@@ -21,6 +22,23 @@ sees different ones.
   as librosa's ``phase_vocoder``), then the band-limited resampling above. A voice shifted a
   semitone or two is another plausible speaker, which is what makes a model generalise to
   speakers it never heard.
+- Vocal-tract-length perturbation (VTLP; Jaitly & Hinton, 2013): the frequency axis is warped
+  by a factor ``alpha`` drawn uniformly from ``vtlp_alpha`` (0.9-1.1 in the paper), linearly up to a
+  boundary (``4800 Hz * min(alpha, 1) / alpha``) and piecewise linearly above it so that the
+  Nyquist frequency maps to itself: formants move as with a shorter or longer vocal tract while
+  the pitch's harmonics move with them and the tempo stays. The paper warps the power spectrum
+  before the mel filterbank; here the warp is done on the audio's STFT (magnitudes read at the
+  source frequency, phases advanced at the warped instantaneous frequency, as a phase vocoder),
+  because features come from pluggable extractors that see only audio: one STFT and its
+  inverse per utterance, as pitch perturbation costs.
+- Room reverberation: the utterance convolved (FFT convolution, cut to its length) with a room
+  impulse response, for a share ``reverb_prob`` of the utterances (the others stay dry):
+  synthesised per utterance (a direct path of 1.0, a 2-10 ms pre-delay, then Gaussian noise
+  decaying 60 dB in an RT60 drawn from ``reverb_rt60``, at a direct-to-reverberant energy ratio
+  drawn from ``reverb_drr_db``), or drawn from ``rir_folder``'s recorded responses, each aligned
+  on its direct path (the largest sample, moved to the start and scaled to 1) so the dry sound
+  keeps its level and its timing. A model trained on close-talk speech alone fails in rooms;
+  this is the cheap way to show it rooms.
 - Additive noise at a signal-to-noise ratio drawn uniformly from a range (dB, over the
   utterance's mean power): a random stretch of a noise bank (recordings loaded from a folder),
   or, without one, synthesised coloured noise whose power falls as ``f ** slope`` with the slope
@@ -32,7 +50,9 @@ TensorFlow is imported inside the functions (see :mod:`asrkit.hookspecs`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
+
+from asrkit.core.frames import SAMPLE_RATE
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -220,3 +240,183 @@ def add_noise(audio: tf.Tensor, seed: tf.Tensor, snr_db: Sequence[float],
     noise_power = tf.reduce_mean(tf.square(noise)) + 1e-10
     scale = tf.sqrt(signal_power / (noise_power * tf.pow(10.0, snr / 10.0)))
     return audio + scale * noise
+
+
+# -- vocal-tract-length perturbation ------------------------------------------------------------
+
+#: VTLP's boundary frequency ``F_hi`` (Jaitly & Hinton's 4,800 Hz): the warp is linear below
+#: ``F_hi * min(alpha, 1) / alpha`` and bends above it so that the Nyquist frequency stays put.
+VTLP_HIGH_HZ = 4800.0
+
+
+def vtlp_frequency(frequency: tf.Tensor, alpha: float | tf.Tensor, nyquist: float,
+                   high: float = VTLP_HIGH_HZ) -> tf.Tensor:
+    """Jaitly & Hinton's piecewise-linear warp of ``frequency`` (any unit, as ``nyquist`` and
+    ``high``): ``f * alpha`` up to the boundary ``high * min(alpha, 1) / alpha``, then the line
+    from the boundary's image to ``(nyquist, nyquist)``, so no content leaves the band."""
+    import tensorflow as tf
+
+    alpha = tf.cast(alpha, tf.float32)
+    corner = high * tf.minimum(alpha, 1.0)  # where the boundary lands
+    boundary = corner / alpha
+    slope = (nyquist - corner) / (nyquist - boundary)
+    return tf.where(frequency <= boundary, frequency * alpha,
+                    nyquist - slope * (nyquist - frequency))
+
+
+def _vtlp_source(frequency: tf.Tensor, alpha: tf.Tensor, nyquist: float,
+                 high: float) -> tf.Tensor:
+    """The inverse of :func:`vtlp_frequency`: which frequency lands on ``frequency``."""
+    import tensorflow as tf
+
+    corner = high * tf.minimum(alpha, 1.0)
+    boundary = corner / alpha
+    slope = (nyquist - corner) / (nyquist - boundary)
+    return tf.where(frequency <= corner, frequency / alpha,
+                    nyquist - (nyquist - frequency) / slope)
+
+
+def _interpolate_bins(values: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+    """``values`` ``[frames, bins]`` read at fractional bin ``positions`` ``[bins]``, linearly."""
+    import tensorflow as tf
+
+    last = tf.shape(values)[1] - 1
+    low = tf.clip_by_value(tf.cast(tf.floor(positions), tf.int32), 0, last - 1)
+    weight = tf.clip_by_value(positions - tf.cast(low, tf.float32), 0.0, 1.0)
+    return ((1 - weight) * tf.gather(values, low, axis=1)
+            + weight * tf.gather(values, low + 1, axis=1))
+
+
+def vtlp_warp(audio: tf.Tensor, alpha: float | tf.Tensor, high_hz: float = VTLP_HIGH_HZ
+              ) -> tf.Tensor:
+    """``audio`` with its frequency axis warped by :func:`vtlp_frequency` and its length kept:
+    a longer or shorter vocal tract with the same tempo and the same loudness.
+
+    Done on the audio, so that it suits every feature extractor: each STFT bin takes the
+    magnitude found at its source frequency, and its phase advances at the warped instantaneous
+    frequency measured there (a phase vocoder across frequency), so a tone at ``f`` comes out at
+    ``vtlp_frequency(f)``; ``alpha = 1`` gives the audio back."""
+    import math
+
+    import tensorflow as tf
+
+    alpha = tf.cast(alpha, tf.float32)
+    samples, bins = tf.size(audio), STRETCH_FFT // 2 + 1
+    padded = tf.pad(audio, [[STRETCH_FFT, STRETCH_FFT]])  # whole windows over the edges
+    stft = tf.signal.stft(padded, STRETCH_FFT, STRETCH_HOP, pad_end=True)
+    nyquist, high = STRETCH_FFT / 2, high_hz * STRETCH_FFT / SAMPLE_RATE  # in bins
+    source = _vtlp_source(tf.range(bins, dtype=tf.float32), alpha, nyquist, high)
+    # Each bin's instantaneous frequency (in bins) from its phase advance between frames.
+    per_bin = 2 * math.pi * STRETCH_HOP / STRETCH_FFT
+    phase = tf.math.angle(stft)
+    expected = per_bin * tf.range(bins, dtype=tf.float32)
+    deviation = phase[1:] - phase[:-1] - expected
+    deviation -= 2 * math.pi * tf.round(deviation / (2 * math.pi))
+    measured = tf.range(bins, dtype=tf.float32) + deviation / per_bin
+    measured = tf.concat([measured[:1], measured], axis=0)
+    warped = vtlp_frequency(_interpolate_bins(measured, source), alpha, nyquist, high)
+    # Advances wrapped to (-pi, pi] before summing: the sum stays small, and precise.
+    advance = per_bin * warped[1:]
+    advance -= 2 * math.pi * tf.round(advance / (2 * math.pi))
+    start = tf.gather(phase[0], tf.clip_by_value(tf.cast(tf.round(source), tf.int32), 0,
+                                                 bins - 1))
+    phases = start + tf.cumsum(tf.pad(advance, [[1, 0], [0, 0]]), axis=0)
+    magnitude = _interpolate_bins(tf.abs(stft), source)
+    out = tf.complex(magnitude * tf.cos(phases), magnitude * tf.sin(phases))
+    window = tf.signal.inverse_stft_window_fn(STRETCH_HOP)
+    signal = tf.signal.inverse_stft(out, STRETCH_FFT, STRETCH_HOP, window_fn=window)
+    signal = signal[STRETCH_FFT:STRETCH_FFT + samples]
+    gain = tf.sqrt((tf.reduce_mean(tf.square(audio)) + 1e-12)
+                   / (tf.reduce_mean(tf.square(signal)) + 1e-12))
+    return signal * gain
+
+
+def vtlp_perturb(audio: tf.Tensor, seed: tf.Tensor, alpha: Sequence[float]) -> tf.Tensor:
+    """Warp ``audio`` by a factor drawn uniformly from ``(low, high)`` with the stateless
+    ``seed`` (:func:`vtlp_warp`)."""
+    import tensorflow as tf
+
+    if not alpha:
+        return audio
+    low, high = alpha
+    return vtlp_warp(audio, tf.random.stateless_uniform([], seed, minval=low, maxval=high))
+
+
+# -- reverberation ------------------------------------------------------------------------------
+
+#: A synthesised room's reverberant tail starts this long after the direct path (seconds, drawn
+#: uniformly): the first reflections arrive a few milliseconds after the direct sound.
+PREDELAY_SECONDS = (0.002, 0.01)
+#: ``ln(1000)``: the amplitude falls 60 dB (a factor 1000) in one RT60.
+SIXTY_DB = 6.907755278982137
+
+
+class RirBank(NamedTuple):
+    """Room impulse responses, each aligned on its direct path (index 0, amplitude 1), end to end
+    in ``samples``; response ``i`` is ``samples[starts[i]:starts[i + 1]]``."""
+
+    samples: tf.Tensor
+    starts: tf.Tensor
+
+
+def synthetic_rir(seed: tf.Tensor, rt60: Sequence[float], drr_db: Sequence[float]
+                  ) -> tf.Tensor:
+    """A room impulse response: the direct path (1.0 at index 0), silence for a pre-delay, then
+    Gaussian noise decaying 60 dB in an RT60 drawn from ``rt60`` (seconds), scaled so the direct
+    path's energy over the tail's is a ratio drawn from ``drr_db`` (dB). The response ends where
+    the tail is 60 dB down."""
+    import tensorflow as tf
+
+    rt60_seed, drr_seed, delay_seed, noise_seed = tf.unstack(
+        tf.random.experimental.stateless_split(seed, 4))
+    time60 = tf.random.stateless_uniform([], rt60_seed, minval=rt60[0], maxval=rt60[1])
+    drr = tf.random.stateless_uniform([], drr_seed, minval=drr_db[0], maxval=drr_db[1])
+    delay = tf.random.stateless_uniform(
+        [], delay_seed, minval=round(PREDELAY_SECONDS[0] * SAMPLE_RATE),
+        maxval=round(PREDELAY_SECONDS[1] * SAMPLE_RATE) + 1, dtype=tf.int32)
+    length = tf.cast(tf.math.ceil(time60 * SAMPLE_RATE), tf.int32)
+    seconds = tf.range(length, dtype=tf.float32) / SAMPLE_RATE
+    tail = tf.random.stateless_normal([length], noise_seed) * tf.exp(-SIXTY_DB * seconds / time60)
+    tail *= tf.sqrt(tf.pow(10.0, -drr / 10.0) / tf.reduce_sum(tf.square(tail)))
+    return tf.concat([[1.0], tf.zeros([delay - 1]), tail], axis=0)
+
+
+def bank_rir(bank: RirBank, seed: tf.Tensor) -> tf.Tensor:
+    """One of ``bank``'s responses, drawn uniformly with the stateless ``seed``."""
+    import tensorflow as tf
+
+    count = tf.size(bank.starts) - 1
+    index = tf.random.stateless_uniform([], seed, minval=0, maxval=count, dtype=tf.int32)
+    return bank.samples[bank.starts[index]:bank.starts[index + 1]]
+
+
+def convolve(audio: tf.Tensor, rir: tf.Tensor) -> tf.Tensor:
+    """``audio`` convolved with ``rir`` by FFT, cut to ``audio``'s length (the tail that rings
+    on past the end is dropped, as the labels end there)."""
+    import tensorflow as tf
+
+    samples = tf.size(audio)
+    total = samples + tf.size(rir) - 1
+    block = tf.maximum(1, -(-total // FFT_BLOCK)) * FFT_BLOCK
+    spectrum = tf.signal.rfft(audio, [block]) * tf.signal.rfft(rir, [block])
+    return tf.signal.irfft(spectrum, [block])[:samples]
+
+
+def add_reverb(audio: tf.Tensor, seed: tf.Tensor, *, rt60: Sequence[float] = (),
+               drr_db: Sequence[float] = (0.0, 10.0), probability: float = 1.0,
+               bank: RirBank | None = None) -> tf.Tensor:
+    """``audio`` in a room, with ``probability``: convolved with one of ``bank``'s responses,
+    else with a :func:`synthetic_rir` of ``rt60`` and ``drr_db``; unchanged without either."""
+    import tensorflow as tf
+
+    if bank is None and not rt60:
+        return audio
+    draw_seed, rir_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+
+    def wet() -> tf.Tensor:
+        rir = bank_rir(bank, rir_seed) if bank is not None else synthetic_rir(
+            rir_seed, rt60, drr_db)
+        return convolve(audio, rir)
+
+    wetted = tf.random.stateless_uniform([], draw_seed) < probability
+    return tf.cond(wetted, wet, lambda: tf.identity(audio))

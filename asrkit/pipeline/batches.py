@@ -6,7 +6,7 @@ model::
 
     shard files (shuffled, split across workers)
       -> records (interleaved) -> parse -> labels (alphabet lookup, in the graph)
-      -> [speed, pitch, noise] -> features (in-graph MFCC / log-mel) -> [cache]
+      -> [speed, pitch, VTLP, reverb, noise] -> features (in-graph MFCC / log-mel) -> [cache]
       -> shuffle (seeded) -> [SpecAugment]
       -> length buckets -> padded batches -> [context windows] -> prefetch
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -358,16 +358,26 @@ def _reader(
 
 
 def _audio_augmenter(config: PipelineConfig) -> Callable[[Element, tf.Tensor], Element]:
-    """Speed, then pitch, then noise: each with its own share of the utterance's seed."""
-    bank = load_noise_bank(config.noise_folder) if config.noise_folder else None
+    """Speed, pitch, vocal tract, room, then noise (the room's and not the noise's: the noise is
+    the microphone's surroundings), each with its own share of the utterance's seed. The
+    shares of speed, pitch and noise are those they had before VTLP and reverb existed, so a
+    run's draws do not change when it resumes in a newer version."""
+    noise_bank = load_noise_bank(config.noise_folder) if config.noise_folder else None
+    rir_bank = load_rir_bank(config.rir_folder) if config.rir_folder and config.reverb else None
 
     def perturb(element: Element, seed: tf.Tensor) -> Element:
         import tensorflow as tf
 
-        speed, pitch, noise = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+        speed, pitch, noise, vtlp, room = tf.unstack(
+            tf.random.experimental.stateless_split(seed, 5))
         audio = augment.speed_perturb(element["audio"], speed, config.speed_factors)
         audio = augment.pitch_perturb(audio, pitch, config.pitch_semitones)
-        audio = augment.add_noise(audio, noise, config.noise_snr_db, bank)
+        audio = augment.vtlp_perturb(audio, vtlp, config.vtlp_alpha)
+        if config.reverb:
+            audio = augment.add_reverb(audio, room, rt60=config.reverb_rt60,
+                                       drr_db=config.reverb_drr_db,
+                                       probability=config.reverb_prob, bank=rir_bank)
+        audio = augment.add_noise(audio, noise, config.noise_snr_db, noise_bank)
         return {**element, "audio": audio}
 
     return perturb
@@ -375,34 +385,71 @@ def _audio_augmenter(config: PipelineConfig) -> Callable[[Element, tf.Tensor], E
 
 #: At most this much noise is loaded from a noise folder (10 minutes, 38 MB as float32).
 MAX_NOISE_SECONDS = 600
+#: At most this much of a room impulse response is kept (its tail beyond is inaudible in any
+#: ordinary room), and at most this many seconds of responses are loaded from a folder.
+MAX_RIR_SECONDS, MAX_RIR_BANK_SECONDS = 4, 600
+
+
+def _read_folder(folder: str, setting: str, limit: int) -> Iterator[tuple[Path, np.ndarray]]:
+    """Each 16 kHz WAV/FLAC file in ``folder`` (sorted, recursively) with its samples
+    ``[samples, channels]``, until ``limit`` samples have been read."""
+    import soundfile
+
+    files = sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in (".wav", ".flac"))
+    if not files:
+        raise PipelineError(f"{setting} {folder}: no .wav or .flac files")
+    total = 0
+    for path in files:
+        try:
+            audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        except (RuntimeError, OSError) as error:
+            raise PipelineError(f"{setting}: cannot read {path}: {error}") from None
+        if rate != SAMPLE_RATE:
+            raise PipelineError(f"{setting}: {path} is {rate} Hz; convert it to "
+                                f"{SAMPLE_RATE} Hz (e.g. sox IN -r {SAMPLE_RATE} OUT)")
+        yield path, audio
+        total += len(audio)
+        if total >= limit:
+            return
 
 
 def load_noise_bank(folder: str) -> tf.Tensor:
     """Every 16 kHz WAV/FLAC file in ``folder`` (sorted, recursively), mono, concatenated."""
     import numpy as np
-    import soundfile
     import tensorflow as tf
 
-    files = sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in (".wav", ".flac"))
-    if not files:
-        raise PipelineError(f"noise_folder {folder}: no .wav or .flac files")
-    parts, total = [], 0
-    for path in files:
-        try:
-            audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
-        except (RuntimeError, OSError) as error:
-            raise PipelineError(f"noise_folder: cannot read {path}: {error}") from None
-        if rate != SAMPLE_RATE:
-            raise PipelineError(f"noise_folder: {path} is {rate} Hz; convert it to "
-                                f"{SAMPLE_RATE} Hz (e.g. sox IN -r {SAMPLE_RATE} OUT)")
-        parts.append(audio.mean(axis=1))
-        total += len(parts[-1])
-        if total >= MAX_NOISE_SECONDS * SAMPLE_RATE:
-            break
-    bank = np.concatenate(parts)[: MAX_NOISE_SECONDS * SAMPLE_RATE]
+    limit = MAX_NOISE_SECONDS * SAMPLE_RATE
+    parts = [audio.mean(axis=1) for _, audio in _read_folder(folder, "noise_folder", limit)]
+    bank = np.concatenate(parts)[:limit]
     if not np.any(bank):
         raise PipelineError(f"noise_folder {folder}: the recordings are silent")
     return tf.constant(bank)
+
+
+def aligned_rir(response: np.ndarray) -> np.ndarray:
+    """A room impulse response from its direct path on (the largest sample, which arrives
+    first), scaled so the direct path is 1.0: the dry sound keeps its level and its timing."""
+    import numpy as np
+
+    direct = int(np.argmax(np.abs(response)))
+    return (response[direct:direct + MAX_RIR_SECONDS * SAMPLE_RATE]
+            / response[direct]).astype(np.float32)
+
+
+def load_rir_bank(folder: str) -> augment.RirBank:
+    """Every 16 kHz WAV/FLAC room impulse response in ``folder`` (sorted, recursively; the
+    first channel), each :func:`aligned_rir`."""
+    import numpy as np
+    import tensorflow as tf
+
+    responses = []
+    for path, audio in _read_folder(folder, "rir_folder", MAX_RIR_BANK_SECONDS * SAMPLE_RATE):
+        if not np.any(audio[:, 0]):
+            raise PipelineError(f"rir_folder: {path} is silent")
+        responses.append(aligned_rir(audio[:, 0]))
+    starts = np.cumsum([0] + [len(response) for response in responses])
+    return augment.RirBank(tf.constant(np.concatenate(responses)),
+                           tf.constant(starts, tf.int32))
 
 
 def _featurizer(
