@@ -5,6 +5,7 @@ DRAFT docstring: filled in once measured.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -53,6 +54,106 @@ def gathered_logprobs(logits: tf.Tensor, labels: tf.Tensor,
         return (blank_logprobs, label_logprobs), gradient
 
     return fused(logits)
+
+
+def gathered_logprobs_in_chunks(
+        joint: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], encoded: tf.Tensor,
+        predicted: tf.Tensor, labels: tf.Tensor, frames_per_chunk: int,
+        blank: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
+    """:func:`gathered_logprobs` of ``joint(encoded, predicted)`` without ever holding the whole
+    joint: ``joint`` maps frames of the encoder's output ``[batch, frames, ...]`` and the
+    prediction network's ``predicted`` ``[batch, U+1, ...]`` to logits ``[batch, frames, U+1,
+    V]``, and is called on ``frames_per_chunk`` frames at a time, once forward and once more
+    backward (its activations are recomputed rather than kept). The gradient reaches
+    ``encoded``, ``predicted`` and the variables ``joint`` reads, exactly as without chunks.
+
+    Why: the joint is the transducer's memory cost, ``batch x T x (U+1) x V`` logits and as
+    many activations of its hidden layer, where everything else is ``batch x T x (U+1)``.
+    Computing and differentiating it a chunk at a time bounds that to one chunk, for the price
+    of running the joint's forward pass twice. One chunk at a time, strictly: the loops over
+    them run no two iterations at once (TensorFlow's default runs up to ten, and holds as many
+    chunks)."""
+    import tensorflow as tf
+
+    labels = tf.cast(labels, tf.int32)
+    frames = tf.shape(encoded)[1]
+    starts = tf.range(0, tf.maximum(frames, 1), frames_per_chunk)
+
+    def chunk_of(tensor: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+        return tensor[:, starts[index]:starts[index] + frames_per_chunk]
+
+    def logprobs(chunk: tf.Tensor, predicted: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return gathered_logprobs(joint(chunk, predicted), labels, blank)
+
+    @tf.custom_gradient
+    def chunked(encoded: tf.Tensor, predicted: tf.Tensor) -> tuple[tuple, object]:
+        def forward(index: tf.Tensor, blanks: tf.TensorArray,
+                    labelled: tf.TensorArray) -> tuple:
+            blank_chunk, label_chunk = logprobs(chunk_of(encoded, index), predicted)
+            return (index + 1, blanks.write(index, _time_major(blank_chunk)),
+                    labelled.write(index, _time_major(label_chunk)))
+
+        _, blanks, labelled = tf.while_loop(
+            lambda index, *_: index < tf.size(starts), forward,
+            (0, _chunk_array(tf.size(starts)), _chunk_array(tf.size(starts))),
+            parallel_iterations=1)
+
+        def gradient(blank_grad: tf.Tensor, label_grad: tf.Tensor,
+                     variables: list | None = None) -> tuple:
+            return _chunked_gradient(logprobs, encoded, predicted, chunk_of, tf.size(starts),
+                                     (blank_grad, label_grad), variables or [])
+
+        return (_batch_major(blanks.concat()), _batch_major(labelled.concat())), gradient
+
+    return chunked(encoded, predicted)
+
+
+def _chunked_gradient(logprobs: Callable, encoded: tf.Tensor, predicted: tf.Tensor,
+                      chunk_of: Callable, chunks: tf.Tensor, upstream: tuple[tf.Tensor, tf.Tensor],
+                      variables: list) -> tuple:
+    """The backward pass of :func:`gathered_logprobs_in_chunks`: each chunk's joint computed
+    again under a tape and differentiated at once, its gradients summed over the chunks (for
+    ``predicted`` and the variables) or laid side by side (for ``encoded``)."""
+    import tensorflow as tf
+
+    def backward(index: tf.Tensor, encoded_grads: tf.TensorArray, predicted_grad: tf.Tensor,
+                 variable_grads: list) -> tuple:
+        chunk = chunk_of(encoded, index)
+        with tf.GradientTape() as tape:
+            tape.watch([chunk, predicted])
+            outputs = logprobs(chunk, predicted)
+        grads = tape.gradient(outputs, [chunk, predicted, *variables],
+                              output_gradients=[chunk_of(g, index) for g in upstream],
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        chunk_grad, predicted_part, *variable_parts = [tf.convert_to_tensor(g) for g in grads]
+        return (index + 1, encoded_grads.write(index, _time_major(chunk_grad)),
+                predicted_grad + predicted_part,
+                [a + g for a, g in zip(variable_grads, variable_parts, strict=True)])
+
+    _, encoded_grads, predicted_grad, variable_grads = tf.while_loop(
+        lambda index, *_: index < chunks, backward,
+        (0, _chunk_array(chunks, encoded.dtype), tf.zeros_like(predicted),
+         [tf.zeros_like(v) for v in variables]), parallel_iterations=1)
+    return (_batch_major(encoded_grads.concat()), predicted_grad), variable_grads
+
+
+def _chunk_array(chunks: tf.Tensor, dtype: tf.DType | None = None) -> tf.TensorArray:
+    """A TensorArray of one time-major chunk an element (of varied length: the last is short)."""
+    import tensorflow as tf
+
+    return tf.TensorArray(dtype or tf.float32, size=chunks, infer_shape=False)
+
+
+def _time_major(tensor: tf.Tensor) -> tf.Tensor:
+    """Time first (``TensorArray.concat`` joins on the first axis)."""
+    import tensorflow as tf
+
+    return tf.transpose(tensor, tf.concat([[1, 0], tf.range(2, tf.rank(tensor))], 0))
+
+
+def _batch_major(tensor: tf.Tensor) -> tf.Tensor:
+    """Undoes :func:`_time_major`."""
+    return _time_major(tensor)
 
 
 def _label_indices(labels: tf.Tensor, frames: tf.Tensor) -> tf.Tensor:
@@ -216,7 +317,9 @@ def _beta(blank: tf.Tensor, label: tf.Tensor, frames: tf.Tensor,
         entry = tf.where((u < labelled)[:, None], following + emitting,
                          tf.where(tf.equal(u, labelled)[:, None], final, zero))
         entry = tf.where(in_time, entry, zero)
-        return tf.math.cumulative_logsumexp(entry + staying, axis=1, reverse=True) - staying
+        betas = tf.math.cumulative_logsumexp(entry + staying, axis=1, reverse=True) - staying
+        betas.set_shape(following.shape)  # as the loop needs it, which `where` may blur
+        return betas
 
     columns = tf.scan(column, (tf.range(steps), emitted, stay),
                       initializer=tf.fill(tf.shape(final), zero), reverse=True)
