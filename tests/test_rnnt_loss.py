@@ -170,6 +170,19 @@ def test_padding_changes_no_loss_and_gets_no_gradient():
     assert not noisy[2][1, 3:].any() and not noisy[2][2, :, 1:].any()
 
 
+def test_the_blank_may_be_any_class_the_last_one_counted_from_the_end():
+    logits, labels, frames, steps = random_batch(16, [5, 3], [3, 2], classes=6)
+    labels = labels - 1  # labels 0..4, the blank 5
+    want_losses, want_gradient = expected(lambda x, y: brute_force(x, y, blank=5), logits,
+                                          labels, frames, steps)
+    for blank in (5, -1):
+        losses, _, gradient = losses_and_gradients(
+            logits, labels, frames, steps,
+            loss=lambda *x, blank=blank: rnnt_loss(*x, blank=blank))
+        np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+        np.testing.assert_allclose(gradient, want_gradient, rtol=1e-4, atol=1e-6)
+
+
 def test_an_utterance_without_frames_is_marked_and_one_without_labels_is_all_blanks():
     logits, labels, frames, steps = random_batch(7, [0, 4, 3], [2, 0, 2], classes=6)
     losses, feasible, gradient = losses_and_gradients(logits, labels, frames, steps)

@@ -21,6 +21,8 @@ def gathered_logprobs(logits: tf.Tensor, labels: tf.Tensor,
     """The two log-probabilities the loss reads from the joint ``logits`` ``[batch, T, U+1, V]``:
     of the blank at every cell ``[batch, T, U+1]``, and of the next label ``labels[:, u]`` at
     every cell ``(t, u)`` with ``u < U``, ``[batch, T, U]``. In float32 whatever the logits' type.
+    Every label, padding included, must be a class (:func:`rnnt_loss` makes padding the blank);
+    ``blank`` counts from the end when negative.
 
     Fused: the log-softmax over ``V`` is never stored. The forward pass keeps only the
     normaliser ``[batch, T, U+1]``; the backward pass recomputes the softmax once to write the
@@ -29,6 +31,7 @@ def gathered_logprobs(logits: tf.Tensor, labels: tf.Tensor,
     import tensorflow as tf
 
     labels = tf.cast(labels, tf.int32)
+    blank = _blank_class(blank, logits)
 
     @tf.custom_gradient
     def fused(logits: tf.Tensor) -> tuple[tuple[tf.Tensor, tf.Tensor], object]:
@@ -166,7 +169,15 @@ def _label_indices(labels: tf.Tensor, frames: tf.Tensor) -> tf.Tensor:
     return tf.broadcast_to(pairs[:, None], [tf.shape(labels)[0], frames, steps, 2])
 
 
-def _cell_indices(label_indices: tf.Tensor, blank: int) -> tf.Tensor:
+def _blank_class(blank: int, logits: tf.Tensor) -> tf.Tensor:
+    """The blank's class among the logits' ``V``, counted from the end when negative (``-1``:
+    the last, where asrkit's CTC models have it)."""
+    import tensorflow as tf
+
+    return tf.math.floormod(blank, tf.shape(logits)[-1])
+
+
+def _cell_indices(label_indices: tf.Tensor, blank: tf.Tensor) -> tf.Tensor:
     """Full ``[batch, t, u, class]`` indices into the joint: first those of the labels (one a
     cell ``u < U``), then those of the blank (one a cell), for ``tensor_scatter_nd_add``."""
     import tensorflow as tf
@@ -190,13 +201,14 @@ def rnnt_loss(logits: tf.Tensor, labels: tf.Tensor, logit_lengths: tf.Tensor,
     gradient. Padding, of the logits and of the labels, changes no loss and gets no gradient."""
     import tensorflow as tf
 
+    blank = _blank_class(blank, logits)
     labels = _clamped_labels(labels, label_lengths, blank)
     blank_logprobs, label_logprobs = gathered_logprobs(logits, labels, blank)
     return rnnt_loss_from_gathered(blank_logprobs, label_logprobs, logit_lengths,
                                    tf.cast(label_lengths, tf.int32))
 
 
-def _clamped_labels(labels: tf.Tensor, label_lengths: tf.Tensor, blank: int) -> tf.Tensor:
+def _clamped_labels(labels: tf.Tensor, label_lengths: tf.Tensor, blank: tf.Tensor) -> tf.Tensor:
     """``labels`` with the padding made the blank: padding may be any number (-1 is common),
     and gathering a class that does not exist fails on a CPU."""
     import tensorflow as tf
