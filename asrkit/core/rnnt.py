@@ -89,8 +89,8 @@ def gathered_logprobs(logits: tf.Tensor, labels: tf.Tensor,
         def gradient(blank_grad: tf.Tensor, label_grad: tf.Tensor) -> tf.Tensor:
             # d log p_k / d logit_j = [j == k] - softmax_j: each cell's softmax, scaled by all
             # the gradient its two log-probabilities received, then the two one-hot parts.
-            label_grad = tf.zeros_like(blank_grad[:, :, :-1]) if label_grad is None else label_grad
             blank_grad = tf.zeros_like(norm) if blank_grad is None else blank_grad
+            label_grad = tf.zeros_like(label_logprobs) if label_grad is None else label_grad
             total = blank_grad + tf.pad(label_grad, [[0, 0], [0, 0], [0, 1]])
             softmax = tf.exp(tf.cast(logits, tf.float32) - norm[..., None])
             grad = tf.tensor_scatter_nd_add(-softmax * total[..., None],
@@ -246,8 +246,7 @@ def rnnt_loss(logits: tf.Tensor, labels: tf.Tensor, logit_lengths: tf.Tensor,
     gradient. Padding, of the logits and of the labels, changes no loss and gets no gradient."""
     import tensorflow as tf
 
-    blank = _blank_class(blank, logits)
-    labels = _clamped_labels(labels, label_lengths, blank)
+    labels = _clamped_labels(labels, label_lengths, _blank_class(blank, logits))
     blank_logprobs, label_logprobs = gathered_logprobs(logits, labels, blank)
     return rnnt_loss_from_gathered(blank_logprobs, label_logprobs, logit_lengths,
                                    tf.cast(label_lengths, tf.int32))
