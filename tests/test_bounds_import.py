@@ -280,6 +280,23 @@ def test_a_hung_sox_is_stopped_and_named(asrkit_cli, asrkit_home, tmp_path, monk
     assert "sox took more than 1 s to decode resampled.wav" in error
 
 
+def test_a_sox_that_writes_without_end_is_stopped_at_its_deadline(tmp_path, monkeypatch):
+    """The deadline bounds a whole decode even while sox keeps writing (a trickle no stall
+    watchdog would catch): a recording of hours is not decoded for hours."""
+    folder = tmp_path / "fake-bin"
+    folder.mkdir()
+    (folder / "sox").write_text("#!/bin/sh\nwhile :; do head -c 320 /dev/zero; sleep 0.1; done\n")
+    (folder / "sox").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(audio, "SOX_MIN_SECONDS", 1.0)
+    start = time.monotonic()
+    with pytest.raises(audio.AudioError) as error:
+        audio.decode(b"not audio that libsndfile reads", "talk.mp3")
+    assert time.monotonic() - start < 10
+    assert str(error.value) == ("sox took more than 1 s to decode talk.mp3, so it was stopped (a "
+                                "damaged file can hang it); check the file")
+
+
 def test_a_hung_gzip_ends_the_import_in_one_line(asrkit_cli, asrkit_home, tmp_path,
                                                   monkeypatch, make_plugins):
     plugins = make_plugins(toy_importer)

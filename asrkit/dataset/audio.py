@@ -11,26 +11,24 @@ Decoding is bounded in memory and time, since a small compressed file can hold h
 a decoder can hang: a caller that needs only the first ``limit`` samples (an import needs a clip
 up to its longest kept length, a talk up to its last segment) gets them without the rest ever
 being decoded or held, and a sox process that runs past :func:`sox_timeout` is killed and named.
+Every sox process, this module's and a stream's (:mod:`asrkit.serving.audio_stream`), is a
+:class:`SoxProcess`, so each of these bounds is kept in one place.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import math
-import os
 import shutil
-import subprocess
-import threading
 import wave
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
+from asrkit.core.process import LINGERED, OVERDUE, STALLED, Source, WatchedProcess
 
 SAMPLE_WIDTH = 2
 #: Least time sox is given to decode one file, in seconds: its start-up and a short clip take a
@@ -41,10 +39,15 @@ SOX_MIN_SECONDS = 60.0
 #: this leaves room for a machine busy with an import's other workers. A file of 512 MiB (the
 #: largest an import reads) gets 34 minutes.
 SOX_BYTES_PER_SECOND = 256 << 10
-#: sox's output is read in pieces of this many bytes, so that a bound on it is kept to a piece.
+#: Longest sox may go without writing a byte while a recording is streamed (``asrkit
+#: transcribe``), counted only while asrkit waits for it: it writes a block of audio in
+#: milliseconds, so a minute of silence means it is hung. Not a bound on the whole stream, which
+#: lasts as long as the model takes over a recording of hours.
+SOX_STALL_SECONDS = 60.0
+#: A whole decode's output is read in pieces of this many bytes.
 SOX_READ_BYTES = 1 << 16
-#: sox's messages kept for the error report; a sox that writes more is not kept waiting.
-SOX_MESSAGE_BYTES = 1 << 16
+#: sox's output: raw little-endian signed 16-bit mono (the rate follows it).
+RAW_OUTPUT = ("-t", "raw", "-e", "signed-integer", "-b", "16", "-c", "1")
 
 #: sox's name for a format, by file extension, where it cannot tell from a pipe.
 SOX_TYPES = {".sph": "sph", ".nist": "sph", ".wav": "wav", ".flac": "flac", ".mp3": "mp3",
@@ -100,11 +103,10 @@ def _decode_with_libsndfile(data: bytes, name: str, limit: int | None = None
     mono = audio.mean(axis=1).astype("<f4")
     if rate == SAMPLE_RATE:
         return np.clip(np.round(mono[:limit] * 32768.0), -32768, 32767).astype(np.int16)
-    command = [sox_binary(), "-R", "-V1", "-t", "f32", "-r", str(rate), "-c", "1", "-L", "-",
-               "-t", "raw", "-e", "signed-integer", "-b", "16", "-c", "1",
-               "-r", str(SAMPLE_RATE), "-L", "-"]
+    arguments = ["-t", "f32", "-r", str(rate), "-c", "1", "-L", "-",
+                 *RAW_OUTPUT, "-r", str(SAMPLE_RATE), "-L", "-"]
     try:
-        result = run_sox(command, mono.tobytes(), name, limit)
+        result = run_sox(arguments, mono.tobytes(), name, limit)
     except AudioError:
         return None
     if result.returncode != 0 and not result.cut:
@@ -134,11 +136,9 @@ def decode_with_sox(data: bytes, name: str, limit: int | None = None) -> np.ndar
     """The samples sox decodes ``data`` to (its type told by ``name``'s extension): the first
     ``limit`` at most, sox being stopped once it has written them."""
     filetype = SOX_TYPES.get(Path(name).suffix.lower())
-    command = [sox_binary(), "-R", "-V1"]
-    command += ["-t", filetype] if filetype else []
-    command += ["-", "-t", "raw", "-e", "signed-integer", "-b", "16", "-c", "1",
-                "-r", str(SAMPLE_RATE), "-L", "-"]
-    result = run_sox(command, data, name, limit)
+    arguments = ["-t", filetype] if filetype else []
+    arguments += ["-", *RAW_OUTPUT, "-r", str(SAMPLE_RATE), "-L", "-"]
+    result = run_sox(arguments, data, name, limit)
     if not result.cut and (result.returncode != 0 or (not result.output and data)):
         raise AudioError(f"sox could not decode {name}: {result.message or 'no output'}")
     return result.samples(limit)
@@ -155,8 +155,8 @@ class SoxResult:
     cut: bool
 
     def samples(self, limit: int | None) -> np.ndarray:
-        """The output as int16 samples, the first ``limit`` at most (a copy: the buffer, up
-        to a piece longer, is let go)."""
+        """The output as int16 samples, the first ``limit`` at most (a copy, so that the
+        buffer, grown a piece at a time and so larger than its bytes, is let go)."""
         count = len(self.output) // SAMPLE_WIDTH
         count = count if limit is None else min(count, limit)
         return np.frombuffer(self.output, dtype="<i2", count=count).copy()
@@ -168,66 +168,51 @@ def sox_timeout(size: int) -> float:
     return max(SOX_MIN_SECONDS, size / SOX_BYTES_PER_SECOND)
 
 
-def run_sox(command: list[str], data: bytes, name: str, limit: int | None) -> SoxResult:
-    """Run sox on ``data``, keeping at most ``limit`` samples of its output: sox is killed once
+class SoxProcess(WatchedProcess):
+    """sox converting one file (``name``, which its errors name) to what ``arguments`` say,
+    run and read as :class:`~asrkit.core.process.WatchedProcess` does: the one way asrkit runs
+    sox, for a whole decode (:meth:`decoding`) and a stream (:meth:`streaming`) alike."""
+
+    def __init__(self, arguments: list[str], source: Source, name: str, *,
+                 stall: float | None = None, deadline: float | None = None,
+                 limit: int | None = None) -> None:
+        super().__init__([sox_binary(), "-R", "-V1", *arguments], source, stall=stall,
+                         deadline=deadline, limit=limit)
+        self.name = name
+
+    @classmethod
+    def decoding(cls, arguments: list[str], data: bytes, name: str,
+                 limit: int | None = None) -> SoxProcess:
+        """sox decoding ``data`` in one go (its first ``limit`` bytes of output at most): the
+        whole run is bounded by :func:`sox_timeout`, since it is read as fast as it comes."""
+        return cls(arguments, data, name, deadline=sox_timeout(len(data)), limit=limit)
+
+    @classmethod
+    def streaming(cls, arguments: list[str], source: Source, name: str) -> SoxProcess:
+        """sox read as its reader needs it (a recording transcribed window by window): the run
+        lasts as long as the reader takes, so only :data:`SOX_STALL_SECONDS` without output,
+        counted while the reader waits, is a hang."""
+        return cls(arguments, source, name, stall=SOX_STALL_SECONDS)
+
+    def timed_out(self, kind: str, seconds: float) -> AudioError:
+        what = {STALLED: f"produced nothing for {seconds:.0f} s while decoding {self.name}",
+                OVERDUE: f"took more than {seconds:.0f} s to decode {self.name}",
+                LINGERED: f"did not exit {seconds:.0f} s after decoding {self.name}"}[kind]
+        return AudioError(f"sox {what}, so it was stopped (a damaged file can hang it); "
+                          "check the file")
+
+
+def run_sox(arguments: list[str], data: bytes, name: str, limit: int | None) -> SoxResult:
+    """Run sox on ``data``, keeping at most ``limit`` samples of its output: sox is stopped once
     it has written more, so a recording of hours is never held whole. A sox that runs past
-    :func:`sox_timeout` is killed, and an :class:`AudioError` names ``name`` and the time."""
-    timeout = sox_timeout(len(data))
+    :func:`sox_timeout` is stopped, and an :class:`AudioError` names ``name`` and the time."""
     most = None if limit is None else limit * SAMPLE_WIDTH
-    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
-    assert process.stdin and process.stdout and process.stderr
-    expired = threading.Event()
-
-    def expire() -> None:
-        expired.set()
-        process.kill()
-
-    timer = threading.Timer(timeout, expire)
-    messages = bytearray()
-    helpers = [threading.Thread(target=_feed, args=(process.stdin, data), daemon=True),
-               threading.Thread(target=_keep, args=(process.stderr, messages), daemon=True)]
     output = bytearray()
-    cut = finished = False
-    timer.start()
-    for helper in helpers:
-        helper.start()
-    try:
-        while chunk := os.read(process.stdout.fileno(), SOX_READ_BYTES):
+    with SoxProcess.decoding(arguments, data, name, most) as sox:
+        while chunk := sox.read(SOX_READ_BYTES):
             output += chunk
-            if most is not None and len(output) > most:
-                cut = True
-                break
-        finished = True
-    finally:
-        if cut or not finished:
-            process.kill()  # what was wanted is in, or the caller was interrupted
-        returncode = process.wait()  # the timer still stops a sox that hangs at its end
-        timer.cancel()
-        for helper in helpers:
-            helper.join()
-        process.stdout.close()
-    if expired.is_set() and returncode < 0 and not cut:
-        raise AudioError(f"sox took more than {timeout:.0f} s to decode {name}, so it was "
-                         "stopped (a damaged file can hang it); check the file")
-    message = " ".join(messages.decode(errors="replace").split())
-    return SoxResult(output, returncode, message, cut)
-
-
-def _feed(stdin: IO[bytes], data: bytes) -> None:
-    """Write ``data`` to a process's input and close it; a process that stopped reading (killed,
-    or done with what it needed) is no error."""
-    with contextlib.suppress(OSError):  # BrokenPipeError: it has gone
-        stdin.write(data)
-    with contextlib.suppress(OSError):
-        stdin.close()
-
-
-def _keep(stream: IO[bytes], into: bytearray) -> None:
-    """Read a process's messages to their end, keeping the first :data:`SOX_MESSAGE_BYTES`."""
-    while chunk := os.read(stream.fileno(), SOX_READ_BYTES):
-        into += chunk[: max(0, SOX_MESSAGE_BYTES - len(into))]
-    stream.close()
+        returncode = sox.finish()
+    return SoxResult(output, returncode, sox.message(), sox.cut)
 
 
 def cut(samples: np.ndarray, start: float | None, end: float | None) -> np.ndarray:
