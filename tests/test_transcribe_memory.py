@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import wave
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from asrkit.commands.transcribe import transcribe_command
+from asrkit.dataset import audio
 from asrkit.serving import audio_stream
 from asrkit.serving.audio_stream import AudioStream, measure_audio
 from asrkit.serving.transcribe import (
@@ -143,6 +145,17 @@ def test_the_cli_refuses_a_long_chunk_before_any_work(tmp_path):
 # -- sox is stopped and reaped ------------------------------------------------------------------
 
 
+def recording_sox(started: list[subprocess.Popen]) -> type[audio.SoxProcess]:
+    """The streams' sox process class, keeping each process it starts in ``started``."""
+
+    class RecordedSox(audio.SoxProcess):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self.process)
+
+    return RecordedSox
+
+
 class FailingRecognizer(ToneRecognizer):
     """Fails on its second window, as a model running out of memory would."""
 
@@ -155,12 +168,7 @@ class FailingRecognizer(ToneRecognizer):
 def test_sox_is_killed_and_reaped_when_transcription_fails_midway(tmp_path, monkeypatch):
     started: list[subprocess.Popen] = []
 
-    class RecordedPipe(audio_stream.SoxPipe):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            started.append(self.process)
-
-    monkeypatch.setattr(audio_stream, "SoxPipe", RecordedPipe)
+    monkeypatch.setattr(audio_stream, "SoxProcess", recording_sox(started))
     long_file = tmp_path / "long.wav"
     sox(STEREO, long_file, "repeat", "60")  # three minutes: sox is mid-file at the failure
     options = Options(chunk_seconds=20.0, overlap_seconds=2.0)
@@ -172,6 +180,37 @@ def test_sox_is_killed_and_reaped_when_transcription_fails_midway(tmp_path, monk
     assert measuring.returncode == 0
     assert transcribing.returncode == -signal.SIGKILL  # stopped mid-file, not left running
     for process in started:
+        with pytest.raises(ChildProcessError):  # reaped: no zombie left to wait for
+            os.waitpid(process.pid, os.WNOHANG)
+
+
+def test_a_sox_that_hangs_mid_file_ends_the_file_in_one_line(tmp_path, monkeypatch):
+    """A sox that writes two seconds of audio, then nothing, used to hang ``asrkit transcribe``
+    for good (its reads block). It is stopped after the stall time, both decoders that tried it
+    (sox, then libsndfile with sox resampling) are reaped, and the file fails in one line that
+    names it, while the next file is transcribed."""
+    folder = tmp_path / "fake-bin"
+    folder.mkdir()
+    fake = folder / "sox"
+    fake.write_text("#!/bin/sh\nhead -c 64000 /dev/zero\nexec sleep 20\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(audio, "SOX_STALL_SECONDS", 1.0)
+    started: list[subprocess.Popen] = []
+    monkeypatch.setattr(audio_stream, "SoxProcess", recording_sox(started))
+    native = write_wav(tmp_path / "native.wav", long_recording(3, seed=1)[0])  # no sox
+    options = Options(chunk_seconds=20.0, overlap_seconds=2.0)
+    begun = time.monotonic()
+    transcripts = list(transcribe_files([STEREO, native], ToneRecognizer(), greedy(), options))
+    assert time.monotonic() - begun < 10
+    assert [t.path for t in transcripts] == [str(native)]
+    [failure] = options.failures
+    assert failure.path == str(STEREO)
+    assert failure.message == (f"sox produced nothing for 1 s while decoding {STEREO.name}, so "
+                               "it was stopped (a damaged file can hang it); check the file")
+    assert len(started) == 2
+    for process in started:
+        assert process.returncode == -signal.SIGKILL
         with pytest.raises(ChildProcessError):  # reaped: no zombie left to wait for
             os.waitpid(process.pid, os.WNOHANG)
 

@@ -16,75 +16,33 @@ file, because it picks its decoder the same way and in the same order:
     What sox cannot read but libsndfile can (Ogg Opus, which Debian's sox lacks): libsndfile
     decodes in-process, the channels are averaged, and a sox process fed by a thread resamples.
 
-Every sox process is killed, if still running, and reaped when its stream is closed, whether it
-finished, failed or was abandoned by its reader (an error in the model, an interrupt): none
-outlives the stream or lingers as a zombie. A sox that has written all its output and does not
-exit within :data:`EXIT_SECONDS` is killed too.
+Every sox process is a :class:`asrkit.dataset.audio.SoxProcess`, the one that decodes an import's
+files: it is killed, if still running, and reaped when its stream is closed, whether it finished,
+failed or was abandoned by its reader (an error in the model, an interrupt), so none outlives the
+stream or lingers as a zombie. One that writes nothing for
+:data:`asrkit.dataset.audio.SOX_STALL_SECONDS` while the stream waits for it is hung: it is
+killed, and the stream ends with a one-line :class:`AudioError` naming the file. One that has
+written all its output and does not exit within
+:data:`asrkit.core.process.EXIT_SECONDS` is killed too.
 """
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-import tempfile
-import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 
 from asrkit.core.frames import SAMPLE_RATE
-from asrkit.dataset.audio import SOX_TYPES, AudioError, sox_binary
+from asrkit.dataset.audio import RAW_OUTPUT, SOX_TYPES, AudioError, SoxProcess
 
 #: Samples read at a time: small next to any window, large enough that reading costs nothing.
 BLOCK_SECONDS = 1.0
-#: How long sox may take to exit after writing its last sample, or to die after being killed.
-EXIT_SECONDS = 10.0
 #: The decoders, in the order they are tried.
 NATIVE, SOX, LIBSNDFILE = "native", "sox", "libsndfile"
 #: libsndfile subtypes read in-process when at the right rate (what ``dataset.audio`` reads so).
 NATIVE_SUBTYPES = ("PCM_16", "PCM_S8", "PCM_U8")
-#: sox's output: raw little-endian signed 16-bit mono.
-RAW_OUTPUT = ("-t", "raw", "-e", "signed-integer", "-b", "16", "-c", "1")
-
-
-class SoxPipe:
-    """A sox process writing raw PCM to our pipe, its messages to a temporary file (a pipe
-    nobody reads could fill and stop it). :meth:`stop` ends it in every case."""
-
-    def __init__(self, arguments: list[str], stdin: IO[bytes] | int) -> None:
-        self._messages = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
-        self.process = subprocess.Popen([sox_binary(), "-R", "-V1", *arguments], stdin=stdin,
-                                        stdout=subprocess.PIPE, stderr=self._messages)
-
-    def read(self, size: int) -> bytes:
-        assert self.process.stdout is not None
-        return self.process.stdout.read(size)
-
-    def failure(self) -> str | None:
-        """After the output ended: why sox failed (its messages), or ``None`` if it did not."""
-        try:
-            code = self.process.wait(EXIT_SECONDS)
-        except subprocess.TimeoutExpired:
-            return f"sox did not exit {EXIT_SECONDS:g} s after its output ended"
-        if code == 0:
-            return None
-        self._messages.seek(0)
-        text = " ".join(self._messages.read().decode(errors="replace").split())
-        return text or f"sox exited with status {code}"
-
-    def stop(self) -> None:
-        """Kill sox if it is still running and reap it; close our ends of its pipes."""
-        if self.process.poll() is None:
-            self.process.kill()
-            # One stuck in the kernel is left rather than hang the caller.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(EXIT_SECONDS)
-        for stream in (self.process.stdout, self.process.stdin, self._messages):
-            if stream is not None:
-                stream.close()
 
 
 class AudioStream:
@@ -97,8 +55,6 @@ class AudioStream:
         self.decoder = decoder
         self.rate = rate
         self.block = max(1, int(block_seconds * rate))
-        self._pipes: list[SoxPipe] = []
-        self._feeders: list[Feeder] = []
         self._blocks: Iterator[np.ndarray] | None = None
 
     def __enter__(self) -> Iterator[np.ndarray]:
@@ -110,13 +66,9 @@ class AudioStream:
         self.close()
 
     def close(self) -> None:
-        """Kill and reap every sox process, let the feeder thread end on the closed pipe, then
-        close the blocks (and with them the file libsndfile reads): in this order, so that no
-        thread reads a closed file."""
-        for pipe in self._pipes:
-            pipe.stop()
-        for feeder in self._feeders:
-            feeder.join(EXIT_SECONDS)
+        """Close the blocks. A reader holds its sox process in a ``with`` inside the file
+        libsndfile reads, so the process is stopped and reaped, and its feeder thread ended,
+        before that file is closed: no thread reads a closed file."""
         if isinstance(self._blocks, Generator):
             self._blocks.close()
 
@@ -133,9 +85,8 @@ class AudioStream:
         arguments += ["-", *RAW_OUTPUT, "-r", str(self.rate), "-L", "-"]
         # sox reads the file as its standard input, as dataset.audio feeds it the bytes, so that
         # no file name can be taken for one of sox's special names ("-d", "-n").
-        with self.path.open("rb") as source:
-            pipe = self._start(arguments, source)
-        yield from self._read(pipe, f"sox could not decode {self.path.name}", required=True)
+        with SoxProcess.streaming(arguments, self.path, self.path.name) as sox:
+            yield from self._read(sox, f"sox could not decode {self.path.name}", required=True)
 
     def _libsndfile(self) -> Iterator[np.ndarray]:
         import soundfile
@@ -149,59 +100,26 @@ class AudioStream:
                 return
             arguments = ["-t", "f32", "-r", str(f.samplerate), "-c", "1", "-L", "-",
                          *RAW_OUTPUT, "-r", str(self.rate), "-L", "-"]
-            pipe = self._start(arguments, subprocess.PIPE)
-            feeder = Feeder(blocks, pipe)
-            self._feeders.append(feeder)
-            feeder.start()
-            yield from self._read(pipe, f"sox could not resample {self.path.name}",
-                                  required=False)
-            feeder.join()
-            if feeder.error is not None:
-                raise AudioError(f"libsndfile could not decode {self.path.name}: "
-                                 f"{_one_line(feeder.error)}")
+            source = (mono.tobytes() for mono in blocks)  # written to sox by its feeder thread
+            with SoxProcess.streaming(arguments, source, self.path.name) as sox:
+                yield from self._read(sox, f"sox could not resample {self.path.name}",
+                                      required=False)
+                if sox.input_error is not None:
+                    raise AudioError(f"libsndfile could not decode {self.path.name}: "
+                                     f"{_one_line(sox.input_error)}")
 
-    def _start(self, arguments: list[str], stdin: IO[bytes] | int) -> SoxPipe:
-        pipe = SoxPipe(arguments, stdin)
-        self._pipes.append(pipe)
-        return pipe
-
-    def _read(self, pipe: SoxPipe, what: str, required: bool) -> Iterator[np.ndarray]:
+    def _read(self, sox: SoxProcess, what: str, required: bool) -> Iterator[np.ndarray]:
         """sox's output in blocks; an :class:`AudioError` at the end when sox failed, or wrote
         nothing though ``required`` (a file it decodes to nothing is a file it cannot read, as
         ``dataset.audio`` reports it)."""
-        size = 2 * self.block
         produced = False
-        while data := pipe.read(size):
+        while data := sox.read(2 * self.block):
             produced = True
             yield np.frombuffer(data[:len(data) // 2 * 2], dtype="<i2")
-        failure = pipe.failure()
-        if failure is not None or (required and not produced):
-            raise AudioError(f"{what}: {failure or 'no output'}")
-
-
-class Feeder(threading.Thread):
-    """Writes float32 blocks to sox's input, then closes it; stops quietly when sox is gone
-    (the stream was closed). An error decoding the blocks is kept for the reader."""
-
-    def __init__(self, blocks: Iterator[np.ndarray], pipe: SoxPipe) -> None:
-        super().__init__(daemon=True)
-        self.blocks = blocks
-        self.pipe = pipe
-        self.error: Exception | None = None
-
-    def run(self) -> None:
-        stdin = self.pipe.process.stdin
-        assert stdin is not None
-        try:
-            for mono in self.blocks:
-                stdin.write(mono.tobytes())
-        except (BrokenPipeError, ValueError):  # sox was killed, or our end already closed
-            pass
-        except Exception as error:  # libsndfile's errors are RuntimeErrors or format-specific
-            self.error = error
-        finally:
-            with contextlib.suppress(BrokenPipeError, ValueError):
-                stdin.close()
+        code = sox.finish()
+        if code != 0 or (required and not produced):
+            failure = sox.message() or (f"sox exited with status {code}" if code else "no output")
+            raise AudioError(f"{what}: {failure}")
 
 
 def _one_line(error: BaseException) -> str:

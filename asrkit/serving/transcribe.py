@@ -8,7 +8,9 @@ Audio
     recording that fits in one window is read once and kept; a longer one is read twice, first
     to count its samples (windows are planned from its length) and then window by window, so
     that memory holds one window, not the recording: a 10-hour 48 kHz stereo file would
-    otherwise be gigabytes of bytes and samples at once.
+    otherwise be gigabytes of bytes and samples at once. A sox that hangs on a damaged file
+    (no output for :data:`asrkit.dataset.audio.SOX_STALL_SECONDS` while it is awaited) is
+    stopped, and that file fails with one line naming it.
 
 Models
     :func:`load_recognizer` takes a run folder (its ``best`` or ``latest`` checkpoint) or an
