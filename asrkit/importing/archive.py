@@ -27,22 +27,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import os
 import posixpath
-import select
 import shutil
+import signal
 import stat
-import subprocess
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from tqdm import tqdm
 
 from asrkit.core.errors import AsrkitError
+from asrkit.core.process import WatchedProcess, describe
 from asrkit.core.text import quote
 from asrkit.dataset.folders import MAX_MEMBER_BYTES
 
@@ -262,59 +261,37 @@ def too_large(limit: int) -> str:
 
 
 @contextlib.contextmanager
-def _decompressed(raw: BinaryIO) -> Iterator[BinaryIO | _Watched]:
+def _decompressed(raw: BinaryIO) -> Iterator[BinaryIO]:
     """``raw`` itself, or for a gzip file the output of a ``gzip -dc`` process reading it: the
     decompression then runs on another core, in parallel with the tar parsing and the hand-off
     to converters (both archive passes are about twice as fast). A gzip that hangs ends the
-    import with one line (:class:`_Watched`)."""
+    import with one line (:class:`_Gunzip`)."""
     gzip = shutil.which("gzip")
     if os.pread(raw.fileno(), 2, 0) != b"\x1f\x8b" or gzip is None:
         yield raw
         return
-    process = subprocess.Popen([gzip, "-dc"], stdin=raw, stdout=subprocess.PIPE, bufsize=0,
-                               stderr=subprocess.PIPE)
-    assert process.stdout is not None
+    process = _Gunzip(gzip, raw)
     try:
-        yield _Watched(process.stdout.fileno(), GZIP_STALL_SECONDS, raw.name)
+        yield cast(BinaryIO, process)  # full reads, all that tar parsing of a stream uses
     finally:
-        process.stdout.close()
-        process.kill()
-        _, error = process.communicate()
-        if process.returncode not in (0, -9) and error:
-            raise AsrkitError(f"{raw.name} is not a valid gzip file: "
-                              f"{' '.join(error.decode(errors='replace').split())}")
+        process.stop()  # the tar stream ends before gzip's output does
+        if process.returncode not in (0, -signal.SIGKILL) and process.message():
+            raise AsrkitError(f"{raw.name} is not a valid gzip file: {process.message()}")
 
 
-class _Watched(io.RawIOBase):
-    """The output of a decompressing process, read as a file, where a read that waits more than
-    ``seconds`` for a byte is an error naming the archive, not a hang."""
+class _Gunzip(WatchedProcess):
+    """``gzip -dc`` reading an archive, where a read that waits more than
+    :data:`GZIP_STALL_SECONDS` for a byte is an error naming the archive, not a hang."""
 
-    def __init__(self, fd: int, seconds: float, archive: str) -> None:
-        super().__init__()
-        self.fd, self.seconds, self.archive = fd, seconds, archive
+    def __init__(self, gzip: str, raw: BinaryIO) -> None:
+        super().__init__([gzip, "-dc"], raw, stall=GZIP_STALL_SECONDS)
+        self.archive = raw.name
 
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        """``size`` bytes (all, when negative), fewer only at the end: tar parsing expects a
-        file's full reads, and a pipe gives what it has."""
-        chunks: list[bytes] = []
-        got = 0
-        while size < 0 or got < size:
-            ready, _, _ = select.select([self.fd], [], [], self.seconds)
-            if not ready:
-                raise AsrkitError(
-                    f"{self.archive}: gzip produced nothing for {self.seconds:.0f} s, so it is "
-                    "hung (or the disk holding the archive is); check the disk and rerun: the "
-                    "import continues where it stopped"
-                )
-            chunk = os.read(self.fd, (size - got) if size >= 0 else 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
+    def timed_out(self, kind: str, seconds: float) -> AsrkitError:
+        return AsrkitError(
+            f"{self.archive}: gzip {describe(kind, seconds)}, so it is hung (or the disk holding "
+            "the archive is); check the disk and rerun: the import continues where it stopped"
+        )
 
 
 def _no_read(most: int) -> bytes:
