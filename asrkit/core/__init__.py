@@ -1,2 +1,3 @@
-"""Core services: errors, typed settings, durable files and locks, framing, alphabets and
-labels, scores and the CTC loss. They know nothing of plugins, runs or commands."""
+"""Core services: errors, typed settings, durable files and locks, watched subprocesses,
+framing, alphabets and labels, scores, and the CTC and RNN-T losses. They know nothing of
+plugins, runs or commands."""
