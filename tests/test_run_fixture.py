@@ -40,6 +40,10 @@ def test_its_configuration_reads_as_it_was_saved(old_run):
     train = dict(saved["train"])
     train["best_by"] = train.pop("early_stop_metric")
     assert run.train.best_by == "loss"
+    # Saved before training objectives: a CTC run, whose objective has no settings.
+    train["objective"] = "ctc"
+    assert run.train.objective == "ctc" and "objective" not in saved
+    saved["objective"] = {}
     assert run.to_json() == {**{key: saved[key] for key in run.to_json()}, "train": train}
 
 
