@@ -168,6 +168,7 @@ def test_outputs_that_are_not_ctc_logits_are_refused_before_any_work(datasets, m
     from asrkit.config.run import RunConfig
     from asrkit.config.train import TrainConfig
     from asrkit.core.text import Alphabet
+    from asrkit.evaluation.restore import restore_model
     from asrkit.features import MFCCConfig
     from asrkit.models.brnn import BRNNConfig
     from asrkit.runs.run import Run
@@ -184,3 +185,5 @@ def test_outputs_that_are_not_ctc_logits_are_refused_before_any_work(datasets, m
     with pytest.raises(AsrkitError, match=r"^decoding reads a model's outputs as CTC logits, "
                                           r"which the transducerish objective's are not"):
         run.choose_decoder(DecoderChoice("transducerish-greedy"))
+    with pytest.raises(AsrkitError, match=r"^evaluate, transcribe and export each reads"):
+        restore_model(run)
