@@ -32,6 +32,7 @@ from asrkit.types import (
     Importer,
     ModelSpec,
     NoSettings,
+    Objective,
     Resource,
     Tokenizer,
     Utterance,
@@ -56,6 +57,12 @@ from asrkit.core.text import Alphabet, decode_text, normalize, quote
 from asrkit.dataset.folders import DATASET_JSON, asrkit_home, load_dataset_json, resolve_dataset
 
 # isort: split
+# -- Training objectives: asrkit's CTC, to build a variant on ------------------------------------
+from asrkit.core.ctc import ctc_losses
+from asrkit.core.ctc import frames_needed as ctc_frames_needed
+from asrkit.objectives.ctc import CTCObjective
+
+# isort: split
 # -- Decoding: the one CTC prefix beam search and its scorer interface -------------------------
 from asrkit.decoders.beam import BeamConfig, BeamDecoder, BeamSearchDecoder
 from asrkit.decoders.scoring import Hypothesis, WordScorer
@@ -77,6 +84,7 @@ __all__ = [
     "BeamConfig",
     "BeamDecoder",
     "BeamSearchDecoder",
+    "CTCObjective",
     "Decoder",
     "FeatureConfig",
     "FeatureExtractor",
@@ -87,6 +95,7 @@ __all__ = [
     "Labels",
     "ModelSpec",
     "NoSettings",
+    "Objective",
     "Pieces",
     "PrefixBeamSearch",
     "Resource",
@@ -98,6 +107,8 @@ __all__ = [
     "WordScorer",
     "__version__",
     "asrkit_home",
+    "ctc_frames_needed",
+    "ctc_losses",
     "decode_text",
     "describe",
     "format_value",

@@ -65,6 +65,13 @@ def register_tokenizers(register: Register) -> None:
 
 
 @hookspec
+def register_objectives(register: Register) -> None:
+    """Register training objectives: call ``register(objective)`` with
+    :class:`asrkit.types.Objective` instances, selectable by ``asrkit train -o objective=<name>``
+    (the loss, any network on top of the model's output frames, and what decodes them)."""
+
+
+@hookspec
 def register_commands(cli: click.Group) -> None:
     """Add top-level commands to the ``asrkit`` command line: ``cli.add_command(command)``.
     ``cli`` collects this plugin's commands; a name that is already taken is not replaced."""

@@ -1,7 +1,7 @@
 """Finding, loading and listing plugins.
 
 Plugins are modules named by entry points in the ``asrkit`` group; asrkit's own importers,
-models, decoders and features are found the same way, through asrkit's own entry points.
+models, decoders, features and objectives are found the same way, through asrkit's own entry points.
 Loading never lets one broken plugin take the command line down: a plugin that fails to import,
 whose hooks raise (even ``SystemExit``), or that registers something invalid is recorded as a
 :class:`LoadFailure` and the rest keep working. Nor can a plugin take asrkit over: asrkit's own
@@ -46,7 +46,14 @@ from asrkit.registry import Component, Provider, Registry
 if TYPE_CHECKING:
     import click
 
-    from asrkit.types import Decoder, FeatureExtractor, Importer, ModelSpec, Tokenizer
+    from asrkit.types import (
+        Decoder,
+        FeatureExtractor,
+        Importer,
+        ModelSpec,
+        Objective,
+        Tokenizer,
+    )
 
 ENTRY_POINT_GROUP = "asrkit"
 STRICT_ENV = "ASRKIT_STRICT_PLUGINS"
@@ -67,6 +74,7 @@ REGISTER_HOOKS = {
     "register_decoders": "decoder",
     "register_features": "feature",
     "register_tokenizers": "tokenizer",
+    "register_objectives": "objective",
 }
 
 
@@ -470,6 +478,8 @@ def get(kind: Literal["decoder"], name: str) -> Decoder: ...
 def get(kind: Literal["feature"], name: str) -> FeatureExtractor: ...
 @overload
 def get(kind: Literal["tokenizer"], name: str) -> Tokenizer: ...
+@overload
+def get(kind: Literal["objective"], name: str) -> Objective: ...
 @overload
 def get(kind: str, name: str) -> Component: ...
 def get(kind: str, name: str) -> Component:

@@ -13,11 +13,12 @@ from asrkit.types import (
     FeatureExtractor,
     Importer,
     ModelSpec,
+    Objective,
     Tokenizer,
 )
 
 #: Anything registered: an instance of one of the classes of :data:`asrkit.types.KINDS`.
-Component = Importer | ModelSpec | Decoder | FeatureExtractor | Tokenizer
+Component = Importer | ModelSpec | Decoder | FeatureExtractor | Tokenizer | Objective
 
 #: The distribution whose plugins are asrkit's own: their names can never be taken by another.
 BUILTIN_DISTRIBUTION = "asrkit"
@@ -161,6 +162,8 @@ class Registry:
     def get(self, kind: Literal["feature"], name: str) -> FeatureExtractor: ...
     @overload
     def get(self, kind: Literal["tokenizer"], name: str) -> Tokenizer: ...
+    @overload
+    def get(self, kind: Literal["objective"], name: str) -> Objective: ...
     @overload
     def get(self, kind: str, name: str) -> Component: ...
     def get(self, kind: str, name: str) -> Component:

@@ -262,6 +262,107 @@ class Decoder(ABC):
         with valid ``lengths`` (``None``: every frame) into one string per utterance."""
 
 
+class Objective(ABC):
+    """A training objective: what a model's output frames are trained to be, and how.
+
+    Models (``brnn``, ``ds2``, ``conformer``, a plugin's) are encoders: audio features in, one
+    vector a frame out (the :class:`AcousticModel` call). The objective owns everything on top
+    of those frames: the width of the model's output layer, any further trainable network (its
+    *head*), the loss, which utterances it can align, and what decodes its outputs. ``asrkit
+    train -o objective=NAME`` chooses it (``ctc`` by default) and ``-o objective.KEY=VALUE`` sets
+    its ``Config``; a run records both (``train.objective`` and the ``objective`` section of
+    ``config.json``) and keeps them when resumed. ``asrkit.testing.check_objective`` checks the
+    contract.
+
+    The methods take the objective's ``config`` first, as :class:`ModelSpec`'s do: the
+    registered object holds no state, so one instance serves every run.
+
+    - ``encoder_width(config, labels) -> int``: the width the model's output layer is built
+      with (``ModelSpec.build``'s ``num_classes``). CTC's is ``labels.num_classes`` (the labels
+      and the blank), exactly what models were always built with, so its runs, checkpoints and
+      exports are those of before objectives. A transducer asks for its encoder dimension.
+    - ``build(config, encoder_width, labels) -> keras.Model | None``: the objective's own
+      trainable network on top of the encoder frames (a transducer's prediction and joint
+      networks), its variables created; ``None`` (the default, CTC's) for none. It is built in
+      the same ``tf.distribute`` scope and precision policy as the model; its trainable
+      variables follow the model's everywhere the engine gathers them (the optimiser, the
+      towers' gradients, accumulation, the moving average, ``asrkit average``, growth) and it is
+      saved in checkpoints as ``head``, beside ``model``: a run without a head keeps the exact
+      checkpoint structure of before.
+    - ``losses(config, head, encoder_out, out_lengths, label_ids, label_lengths, training)``:
+      the per-utterance loss and which utterances the objective can align at all, for a batch:
+      ``encoder_out`` float32 ``[batch, frames, encoder_width]`` (the model's output, cast),
+      ``out_lengths`` int32 ``[batch]`` (``ModelSpec.output_length`` of the feature frames),
+      ``label_ids`` int32 ``[batch, max_labels]`` zero-padded with ``label_lengths`` int32
+      ``[batch]``; ``head`` is what ``build`` returned, ``training`` a Python bool (dropout in
+      the head). Returns ``(loss float32 [batch], feasible bool [batch])``: finite and
+      non-negative losses; an utterance that is not feasible (too few frames for its labels)
+      has a finite loss (0 by convention) that the engine leaves out of the mean and the
+      gradient, and names. It runs inside ``tf.function`` on every tower, in training, gradient
+      accumulation and evaluation (``asrkit evaluate``'s loss): TensorFlow operations only.
+    - ``frames_needed(config, label_ids) -> int``: the fewest output frames an utterance of
+      these labels needs (CTC: one a label, one more between equal neighbours). ``asrkit train``
+      warns before the first step of the utterances of the training split that have fewer.
+
+    **Decoding.** Every registered :class:`Decoder` reads CTC logits (``[batch, frames,
+    labels + 1]``, the blank last), and so do ``asrkit transcribe`` (word times too) and every
+    export. An objective whose model output *is* such logits (CTC and its variants: label
+    smoothing, regularisers, auxiliary losses) leaves ``decoders`` at ``None``: then its
+    ``encoder_width`` must be ``labels.num_classes``, and its runs are decoded, scored,
+    transcribed and exported exactly as any run, by any decoder. An objective whose outputs
+    need its head to be read (a transducer) names the decoders that decode them in
+    ``decoders``. asrkit's engine reads outputs only as CTC logits so far, so a command that
+    would read such a run's outputs (``asrkit train``'s dev scoring and report, ``evaluate``,
+    ``transcribe``, ``export``) stops with one line before any work
+    (:mod:`asrkit.config.objectives`); the decoding of such outputs comes with the first such
+    objective. The declaration is on the class, not found out by calling a method, so that the
+    refusal comes before anything is built.
+
+    Why a separate kind, and not a part of each model: the objective is a choice orthogonal to
+    the architecture (any encoder with any objective), and it holds what must stay consistent
+    across training, evaluation and serving (the loss, the alignment check, the decoders), so
+    that asrkit's engine calls one contract where it called CTC directly.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    #: A frozen dataclass of the objective's settings with their defaults (``NoSettings``: none),
+    #: declared with :func:`asrkit.core.settings.setting`; ``-o objective.KEY=VALUE`` sets them.
+    Config: ClassVar[type] = NoSettings
+    #: What decodes the objective's outputs: ``None`` when the model's output is CTC logits
+    #: (every registered decoder reads those), else the names of the decoders that do.
+    decoders: ClassVar[tuple[str, ...] | None] = None
+
+    @abstractmethod
+    def encoder_width(self, config: Any, labels: Any) -> int:
+        """The width of the model's output frames for ``labels`` (an
+        :class:`asrkit.core.labels.Labels`): ``labels.num_classes`` for CTC logits."""
+
+    def build(self, config: Any, encoder_width: int, labels: Any) -> Any:
+        """The objective's trainable network on top of the encoder frames, a ``keras.Model``
+        with its variables created, or ``None`` (the default) when it has none."""
+        return None
+
+    @abstractmethod
+    def losses(self, config: Any, head: Any, encoder_out: Any, out_lengths: Any,
+               label_ids: Any, label_lengths: Any, training: bool = False) -> tuple[Any, Any]:
+        """``(loss float32 [batch], feasible bool [batch])`` of a batch (see the class
+        docstring): finite, non-negative, and 0 where the utterance cannot be aligned."""
+
+    @abstractmethod
+    def frames_needed(self, config: Any, label_ids: Sequence[int]) -> int:
+        """The fewest output frames an utterance of ``label_ids`` needs to be aligned."""
+
+    @property
+    def ctc_outputs(self) -> bool:
+        """Whether the model's output is CTC logits (``decoders`` is ``None``)."""
+        return self.decoders is None
+
+    def decodes_with(self, decoder: str) -> bool:
+        """Whether the decoder named ``decoder`` decodes this objective's outputs."""
+        return self.decoders is None or decoder in self.decoders
+
+
 @dataclass(frozen=True)
 class FeatureConfig:
     """What every feature extractor's ``Config`` declares: how it frames audio.
@@ -395,4 +496,5 @@ KINDS: dict[str, type] = {
     "decoder": Decoder,
     "feature": FeatureExtractor,
     "tokenizer": Tokenizer,
+    "objective": Objective,
 }

@@ -25,7 +25,8 @@ HOOKS = sorted(
 
 def test_hooks_found():
     assert HOOKS == ["register_commands", "register_decoders", "register_features",
-                     "register_importers", "register_models", "register_tokenizers"]
+                     "register_importers", "register_models", "register_objectives",
+                     "register_tokenizers"]
 
 
 @pytest.mark.parametrize("hook", HOOKS)

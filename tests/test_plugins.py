@@ -11,7 +11,7 @@ import pytest
 from asrkit import hookimpl
 from asrkit.core.errors import PluginError
 from asrkit.registry import Provider, Registry
-from asrkit.types import Decoder, FeatureExtractor, Importer, ModelSpec, Resource
+from asrkit.types import Decoder, FeatureExtractor, Importer, ModelSpec, Objective, Resource
 from tests.conftest import run_asrkit
 
 BUNDLED = {"sample", "ldc93s1", "librispeech", "ted", "commonvoice", "folder", "csv", "features"}
@@ -86,6 +86,21 @@ class ToyFeatures(FeatureExtractor):
         return [[0.0] * 3]
 
 
+class ToyObjective(Objective):
+    name = "toy-objective"
+    description = "An objective for plugin tests."
+
+    def encoder_width(self, config, labels):
+        return 7
+
+    def losses(self, config, head, encoder_out, out_lengths, label_ids, label_lengths,
+               training=False):
+        return None, None
+
+    def frames_needed(self, config, label_ids):
+        return len(label_ids)
+
+
 class ToyPlugin:
     """One object implementing every hook, as a plugin module would."""
 
@@ -104,6 +119,10 @@ class ToyPlugin:
     @hookimpl
     def register_features(self, register):
         register(ToyFeatures())
+
+    @hookimpl
+    def register_objectives(self, register):
+        register(ToyObjective())
 
     @hookimpl
     def register_commands(self, cli):
@@ -142,6 +161,14 @@ def test_hook_register_decoders(make_plugins):
 def test_hook_register_features(make_plugins):
     plugins = make_plugins(ToyPlugin())
     assert plugins.registry.get("feature", "toy-features").num_features(None) == 3
+
+
+def test_hook_register_objectives(make_plugins, asrkit_cli):
+    plugins = make_plugins(ToyPlugin(), entry_points=True)
+    assert plugins.registry.get("objective", "toy-objective").encoder_width(None, None) == 7
+    assert plugins.registry.names("objective") == ["ctc", "toy-objective"]
+    listing = asrkit_cli(["plugins"], plugins)
+    assert "objective toy-objective" in listing.stdout and "objective ctc" in listing.stdout
 
 
 def test_hook_register_commands(make_plugins, asrkit_cli):

@@ -3,8 +3,11 @@ from defaults, options, preset and ``-o``, and one way to choose a decoder."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
+from asrkit.api import CTCObjective, NoSettings, hookimpl, setting
 from asrkit.config.decoding import choose_decoder
 from asrkit.config.overrides import (
     DecoderChoice,
@@ -88,3 +91,99 @@ def test_a_resumed_run_changes_only_what_the_weights_do_not_depend_on(datasets, 
     assert resumed.decoder.beam_width == 4
     with pytest.raises(AsrkitError, match="a resumed run keeps its model settings"):
         resume_config(config, parse_overrides(["model.n_hidden=100"]))
+
+
+# -- the training objective: train.objective and the objective section -----------------------
+
+
+@dataclass(frozen=True)
+class WeightedConfig:
+    #: What the CTC loss is multiplied by.
+    weight: float = setting(0.5, min=0)
+
+
+class Weighted(CTCObjective):
+    name = "weighted"
+    description = "CTC times a weight."
+    Config = WeightedConfig
+
+    def losses(self, config, head, encoder_out, out_lengths, label_ids, label_lengths,
+               training=False):
+        losses, feasible = super().losses(config, head, encoder_out, out_lengths, label_ids,
+                                          label_lengths, training)
+        return losses * config.weight, feasible
+
+
+class Transducerish(CTCObjective):
+    """Outputs that are not CTC logits: decoded by a decoder of its own kind."""
+
+    name = "transducerish"
+    description = "Not CTC logits."
+    decoders = ("transducerish-greedy",)
+
+
+class ObjectivePlugin:
+    @hookimpl
+    def register_objectives(self, register):
+        register(Weighted())
+        register(Transducerish())
+
+
+def test_the_objective_and_its_settings_are_part_of_the_run(datasets, monkeypatch,
+                                                             make_plugins):
+    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
+    make_plugins(ObjectivePlugin(), entry_points=True)
+    config, _ = build_run_config({}, parse_overrides([]))
+    assert config.train.objective == "ctc" and config.objective == NoSettings()
+    assert config.to_json()["objective"] == {} and config.to_json()["train"]["objective"] == "ctc"
+    config, _ = build_run_config({}, parse_overrides(["objective=weighted",
+                                                      "objective.weight=2"]))
+    assert config.train.objective == "weighted" and config.objective == WeightedConfig(2.0)
+    assert config.to_json()["objective"] == {"weight": 2.0}
+    for pairs, message in (
+            (["objective=weighted", "objective.weight=-1"],
+             "setting weight=-1.0 is not allowed: must be a number >= 0"),
+            (["objective=weighted", "objective.gain=1"],
+             r"-o objective.gain=1: the weighted objective has no setting 'gain' \(its "
+             r"settings: weight; asrkit plugins --settings weighted\)"),
+            (["objective.weight=1"], r"the ctc objective has no setting 'weight' \(its "
+                                     "settings: none"),
+            (["objective=nosuch"], "no objective named 'nosuch' is installed")):
+        with pytest.raises(AsrkitError, match=message):
+            build_run_config({}, parse_overrides(pairs))
+
+    same = resume_config(config, parse_overrides(["objective=weighted", "objective.weight=2",
+                                                  "epochs=3"]))
+    assert same.objective == WeightedConfig(2.0) and same.train.epochs == 3
+    with pytest.raises(AsrkitError, match=r"-o objective=ctc: a resumed run keeps its "
+                                          r"objective \(weighted\)"):
+        resume_config(config, parse_overrides(["objective=ctc"]))
+    with pytest.raises(AsrkitError, match="a resumed run keeps its objective settings"):
+        resume_config(config, parse_overrides(["objective.weight=3"]))
+
+
+def test_outputs_that_are_not_ctc_logits_are_refused_before_any_work(datasets, monkeypatch,
+                                                                     make_plugins, tmp_path):
+    from asrkit.config.pipeline import PipelineConfig
+    from asrkit.config.run import RunConfig
+    from asrkit.config.train import TrainConfig
+    from asrkit.core.text import Alphabet
+    from asrkit.evaluation.restore import restore_model
+    from asrkit.features import MFCCConfig
+    from asrkit.models.brnn import BRNNConfig
+    from asrkit.runs.run import Run
+
+    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
+    make_plugins(ObjectivePlugin(), entry_points=True)
+    with pytest.raises(AsrkitError, match="the transducerish objective's outputs are decoded by "
+                                          "transducerish-greedy, not by the greedy decoder"):
+        build_run_config({}, parse_overrides(["objective=transducerish"]))
+    run = Run(tmp_path, RunConfig(TrainConfig(objective="transducerish"), BRNNConfig(),
+                                  MFCCConfig(), PipelineConfig()), Alphabet())
+    with pytest.raises(AsrkitError, match="decoded by transducerish-greedy, not by the beam"):
+        run.choose_decoder(DecoderChoice("beam"))
+    with pytest.raises(AsrkitError, match=r"^decoding reads a model's outputs as CTC logits, "
+                                          r"which the transducerish objective's are not"):
+        run.choose_decoder(DecoderChoice("transducerish-greedy"))
+    with pytest.raises(AsrkitError, match=r"^evaluate, transcribe and export each reads"):
+        restore_model(run)

@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from asrkit import plugins
 from asrkit.config.overrides import DecoderChoice
+from asrkit.config.pipeline import PipelineConfig
+from asrkit.config.train import TrainConfig
+from asrkit.core.settings import to_dict
 from asrkit.evaluation.evaluate import evaluate_run
 from asrkit.runs.run import load_run
 
@@ -32,15 +36,28 @@ def old_run(datasets, monkeypatch, tmp_path):
 
 
 def test_its_configuration_reads_as_it_was_saved(old_run):
+    """Every setting it saved reads back as saved (under today's name); every setting added
+    since reads as its default."""
     run = load_run(old_run)
     assert (run.train.model, run.train.preset, run.train.decoder) == ("brnn", "none", "beam")
     assert run.model_config.n_hidden == 24 and run.decoder.config.beam_width == 4
     saved = json.loads((old_run / "config.json").read_text())
     # Saved before best_by: its best checkpoint was chosen by early_stop_metric, and still is.
-    train = dict(saved["train"])
-    train["best_by"] = train.pop("early_stop_metric")
+    saved["train"]["best_by"] = saved["train"].pop("early_stop_metric")
     assert run.train.best_by == "loss"
-    assert run.to_json() == {**{key: saved[key] for key in run.to_json()}, "train": train}
+    # Saved before training objectives: a CTC run, whose objective has no settings.
+    assert run.train.objective == "ctc" and "objective" not in saved
+    defaults = {"train": TrainConfig(), "pipeline": PipelineConfig(),
+                "model": plugins.get("model", "brnn").Config(),
+                "features": plugins.get("feature", run.train.features).Config(),
+                "decoder": plugins.get("decoder", "beam").Config(),
+                "objective": plugins.get("objective", "ctc").Config()}
+    for section, values in run.to_json().items():
+        there = saved.get(section, {})
+        assert {k: v for k, v in values.items() if k in there} == there, section
+        added = {k: v for k, v in values.items() if k not in there}
+        default = json.loads(json.dumps(to_dict(defaults[section])))
+        assert added == {k: default[k] for k in added}, section
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -296,10 +296,14 @@ def test_plugins_settings_lists_a_decoders_model_and_extractor_settings(asrkit_c
     assert "(no settings)" in greedy.stdout
     missing = asrkit_cli(["plugins", "--settings", "nosuch"], plugins)
     assert missing.exit_code == 1
-    assert missing.stderr.startswith("asrkit: error: no model, feature extractor, decoder or "
-                                     "tokenizer named 'nosuch' (models: ")
+    assert missing.stderr.startswith("asrkit: error: no model, feature extractor, decoder, "
+                                     "tokenizer or objective named 'nosuch' (models: ")
+    assert "; objectives: ctc)" in missing.stderr
     chars = asrkit_cli(["plugins", "--settings", "chars"], plugins)
     assert "tokenizer chars (asrkit tokenizer build -s KEY=VALUE)" in chars.stdout
+    ctc = asrkit_cli(["plugins", "--settings", "ctc"], plugins)
+    assert ctc.stdout.splitlines() == ["objective ctc (-o objective.KEY=VALUE):",
+                                       "  (no settings)"]
 
 
 # -- decoder settings on asrkit train --------------------------------------------------------------

@@ -1,5 +1,6 @@
 """``asrkit plugins``: what is installed, what each plugin registers, what failed to load, and
-(``--settings NAME``) the settings of a model, feature extractor or decoder."""
+(``--settings NAME``) the settings of a model, feature extractor, decoder, tokenizer or
+training objective."""
 
 from __future__ import annotations
 
@@ -49,12 +50,14 @@ def _plugin_table(plugins: PluginSet) -> str:
 SETTING_KINDS = {"model": ("model.", "model", "-o model.KEY=VALUE"),
                  "feature": ("features.", "feature extractor", "-o features.KEY=VALUE"),
                  "decoder": ("decoder.", "decoder", "-o decoder.KEY=VALUE"),
-                 "tokenizer": ("", "tokenizer", "asrkit tokenizer build -s KEY=VALUE")}
+                 "tokenizer": ("", "tokenizer", "asrkit tokenizer build -s KEY=VALUE"),
+                 "objective": ("objective.", "objective", "-o objective.KEY=VALUE")}
 
 
 def _settings_of(plugins: PluginSet, name: str) -> list[tuple[str, str, type]]:
-    """``(kind, -o prefix, Config class)`` of every model, feature extractor, decoder or
-    tokenizer called ``name``; none is a one-line error listing what has settings."""
+    """``(kind, -o prefix, Config class)`` of every model, feature extractor, decoder,
+    tokenizer or objective called ``name``; none is a one-line error listing what has
+    settings."""
     registry = plugins.registry
     found = []
     for kind, (prefix, _, _) in SETTING_KINDS.items():
@@ -64,16 +67,16 @@ def _settings_of(plugins: PluginSet, name: str) -> list[tuple[str, str, type]]:
     if not found:
         known = "; ".join(f"{label}s: {', '.join(registry.names(kind)) or 'none'}"
                           for kind, (_, label, _) in SETTING_KINDS.items())
-        raise AsrkitError(f"no model, feature extractor, decoder or tokenizer named {name!r} "
-                          f"({known})")
+        raise AsrkitError(f"no model, feature extractor, decoder, tokenizer or objective named "
+                          f"{name!r} ({known})")
     return found
 
 
 @click.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--settings", "settings_of", metavar="NAME", default=None,
-              help="List the settings of the model, feature extractor, decoder or tokenizer "
-                   "NAME: their keys, types, defaults and what is allowed.")
+              help="List the settings of the model, feature extractor, decoder, tokenizer or "
+                   "training objective NAME: their keys, types, defaults and what is allowed.")
 @click.pass_obj
 def plugins_command(plugins: PluginSet, as_json: bool, settings_of: str | None) -> None:
     """List installed plugins, what each registers, and any that failed to load."""

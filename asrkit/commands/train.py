@@ -42,7 +42,8 @@ if TYPE_CHECKING:
                    "starts the output layer afresh. -o freeze=LAYER,... keeps layers fixed.")
 @click.option("-o", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Set any setting: epochs=5, model.n_hidden=100, features.normalize=feature, "
-                   "pipeline.num_buckets=8, decoder=beam, decoder.beam_width=50 (see "
+                   "pipeline.num_buckets=8, decoder=beam, decoder.beam_width=50, "
+                   "objective=NAME, objective.KEY=VALUE (see "
                    "docs/training.md; `asrkit plugins --settings NAME` lists them).")
 @click.option("--workers", default=None, metavar="HOST:PORT,...",
               help="Train on several machines: every worker's address, the same list on each "
@@ -55,7 +56,8 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
                   precision: str | None, seed: int | None, run_dir: Path | None,
                   resume: Path | None, init_from: str | None, overrides: tuple[str, ...],
                   workers: str | None, worker_index: int | None, no_progress: bool) -> None:
-    """Train a model on an imported dataset (CTC; every GPU as a tower, else the CPU).
+    """Train a model on an imported dataset (CTC, or -o objective=NAME; every GPU as a tower,
+    else the CPU).
 
     A killed run continues exactly where it stopped with `asrkit train --resume RUN`, or by
     running the same command again: without --run-dir, it continues the newest unfinished
@@ -80,7 +82,7 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
     if resume:
         folder = resume
     else:
-        if init_from:  # the source's model and feature settings, unless -o says otherwise
+        if init_from:  # the source's model, feature and objective settings, unless -o says so
             from asrkit.train.finetune import parse_init_from, prepare, source_settings
 
             source = parse_init_from(init_from)
@@ -89,7 +91,7 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
                 raise AsrkitError(f"--init-from {source.folder} is a {source_run.train.model} "
                                   f"run, not {model}: the model must be the same")
             model = source_run.train.model
-            settings = source_settings(source_run) + settings
+            settings = source_settings(source_run, settings) + settings
         named: dict[str, Any] = {
             "model": model, "dataset": dataset, "epochs": epochs, "batch_size": batch_size,
             "learning_rate": learning_rate, "devices": devices, "seed": seed,

@@ -1,11 +1,12 @@
 """The ``-o`` syntax, parsed once: every command's settings as typed records, never as strings
 passed along and split again.
 
-A run's configuration has five sections (:data:`SECTIONS`). On the command line a setting is
+A run's configuration has six sections (:data:`SECTIONS`). On the command line a setting is
 ``-o SECTION.KEY=VALUE``; without a section, ``-o KEY=VALUE`` is a ``train`` setting, so
-``-o decoder=beam`` chooses the decoder (``train.decoder``) and ``-o features=logmel`` the
-feature extractor (``train.features``), while ``-o decoder.beam_width=8`` and
-``-o features.num_mel_bins=40`` set one of their settings. A model's preset
+``-o decoder=beam`` chooses the decoder (``train.decoder``), ``-o features=logmel`` the
+feature extractor (``train.features``) and ``-o objective=NAME`` the training objective
+(``train.objective``), while ``-o decoder.beam_width=8``, ``-o features.num_mel_bins=40`` and
+``-o objective.KEY=VALUE`` set one of their settings. A model's preset
 (:mod:`asrkit.config.presets`) is written the same way, with typed values or strings.
 
 :func:`parse_overrides` reads ``asrkit train``'s ``-o`` into :class:`Overrides`, the setting
@@ -24,7 +25,7 @@ from typing import Any
 from asrkit.core.errors import AsrkitError
 
 #: The sections of a run's configuration, as ``-o SECTION.KEY=VALUE`` names them.
-SECTIONS = ("train", "model", "features", "pipeline", "decoder")
+SECTIONS = ("train", "model", "features", "pipeline", "decoder", "objective")
 #: How a decoder setting is written on the command line.
 DECODER_PREFIX = "decoder."
 

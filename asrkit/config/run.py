@@ -1,4 +1,4 @@
-"""A run's configuration: one frozen, typed record of its five sections, built once from the
+"""A run's configuration: one frozen, typed record of its six sections, built once from the
 command line and saved with the run (``config.json``); every command reads this record.
 
 How a new run's configuration is built (:func:`build_run_config`), each layer winning over the
@@ -11,7 +11,8 @@ one before::
       <- -o SECTION.KEY=VALUE
 
 A resumed run (:func:`resume_config`) may change its ``train`` settings, its decoder and what
-:data:`RESUMABLE` lists; the rest is fixed once its weights depend on it.
+:data:`RESUMABLE` lists; the rest (its model, features, pipeline and training objective) is
+fixed once its weights depend on it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from asrkit import plugins
 from asrkit.config.decoding import decoder_settings
+from asrkit.config.objectives import check_decodes, objective_settings
 from asrkit.config.overrides import Overrides, Setting
 from asrkit.config.pipeline import PipelineConfig
 from asrkit.config.presets import choose_preset, preset_settings
@@ -34,21 +36,32 @@ from asrkit.core.settings import apply, from_dict, to_dict
 #: Settings outside ``train`` that a resumed run may change: the size of its batches, like
 #: ``batch_size`` (after running out of memory), on which the weights do not depend.
 RESUMABLE = {("pipeline", "batch_seconds")}
-#: The sections ``config.json`` must hold (``decoder`` is absent in runs older than it).
+#: The sections ``config.json`` must hold (``decoder`` and ``objective`` are absent in runs
+#: older than them).
 SAVED_SECTIONS = ("train", "model", "features", "pipeline")
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """Everything a run was trained with: ``train``, the model's and the feature extractor's
-    ``Config``, ``pipeline``, and the decoder's ``Config`` (a dict: as saved, for a decoder not
-    installed here; ``None``: its defaults, in runs older than decoder settings)."""
+    ``Config``, ``pipeline``, the decoder's ``Config`` (a dict: as saved, for a decoder not
+    installed here; ``None``: its defaults, in runs older than decoder settings), and the
+    training objective's ``Config`` (``None``: its defaults; runs older than objectives are
+    ``ctc`` runs, which has none)."""
 
     train: TrainConfig
     model: Any
     features: Any
     pipeline: PipelineConfig
     decoder: Any = None
+    objective: Any = None
+
+    @property
+    def objective_config(self) -> Any:
+        """The objective's settings: :attr:`objective`, or the defaults of ``train.objective``."""
+        if self.objective is None:
+            return plugins.get("objective", self.train.objective).Config()
+        return self.objective
 
     def to_json(self) -> dict[str, Any]:
         decoder = self.decoder
@@ -56,16 +69,20 @@ class RunConfig:
             decoder = plugins.get("decoder", self.train.decoder).config
         return {"train": to_dict(self.train), "model": to_dict(self.model),
                 "features": to_dict(self.features), "pipeline": to_dict(self.pipeline),
-                "decoder": decoder if isinstance(decoder, dict) else to_dict(decoder)}
+                "decoder": decoder if isinstance(decoder, dict) else to_dict(decoder),
+                "objective": to_dict(self.objective_config)}
 
 
 def check_names(train: TrainConfig) -> None:
-    """Check that the model, its feature extractor and the decoder that ``train`` names are
-    installed, so that a misspelt name stops a run before any work (not after an epoch, when
-    the dev evaluation first needs the decoder). The error lists the installed names."""
+    """Check that the model, its feature extractor, the decoder and the objective that
+    ``train`` names are installed, and that the decoder decodes the objective's outputs, so
+    that a misspelt name stops a run before any work (not after an epoch, when the dev
+    evaluation first needs the decoder). The error lists the installed names."""
     spec = plugins.get("model", train.model)
     plugins.get("feature", train.features or spec.features)
     plugins.get("decoder", train.decoder)
+    check_decodes(plugins.get("objective", train.objective), train.decoder,
+                  "asrkit train (its dev evaluations and report)")
 
 
 def build_run_config(named: Mapping[str, Any], overrides: Overrides) -> tuple[RunConfig, str]:
@@ -97,16 +114,19 @@ def build_run_config(named: Mapping[str, Any], overrides: Overrides) -> tuple[Ru
                      settings.section("pipeline"), "pipeline.")
     config = RunConfig(train, apply(spec.Config(), settings.section("model"), "model."),
                        feature_config, pipeline,
-                       decoder_settings(train.decoder, settings.section("decoder")))
+                       decoder_settings(train.decoder, settings.section("decoder")),
+                       objective_settings(train.objective, settings.section("objective")))
     return config, f"preset: {preset or 'none'} ({why})"
 
 
 def resume_config(config: RunConfig, overrides: Overrides) -> RunConfig:
     """``config`` with ``train`` settings changed (``--resume -o batch_size=8`` after running
     out of memory, ``-o epochs=20`` to train longer), the decoder's, and :data:`RESUMABLE`
-    ones; the other sections are fixed once a run has started, since the weights depend on
-    them (the run's own value again, as the same command line gives it, is fine)."""
-    fixed = {"model": config.model, "features": config.features, "pipeline": config.pipeline}
+    ones; the other sections, and the objective, are fixed once a run has started, since the
+    weights depend on them (the run's own value again, as the same command line gives it, is
+    fine)."""
+    fixed = {"model": config.model, "features": config.features, "pipeline": config.pipeline,
+             "objective": config.objective_config}
     pipeline = config.pipeline
     for section, saved in fixed.items():
         for key, value in overrides.section(section):
@@ -126,6 +146,9 @@ def resume_config(config: RunConfig, overrides: Overrides) -> RunConfig:
         if key == "features" and (value or own_features) != config.train.features:
             raise AsrkitError(f"-o features={value}: a resumed run keeps its feature extractor "
                               f"({config.train.features}); train a new run for another")
+        if key == "objective" and value != train.objective:
+            raise AsrkitError(f"-o objective={value}: a resumed run keeps its objective "
+                              f"({train.objective}); train a new run for another")
         train = apply(train, [(key, value)])
     check_names(train)
     pipeline = replace(pipeline, batch_size=train.batch_size, seed=train.seed)

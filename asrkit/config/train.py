@@ -26,7 +26,7 @@ PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 #: ``devices``: every GPU (empty), the CPU, GPU indices, or explicit device names.
 DEVICES_PATTERN = r"\s*(|cpu|\d+(\s*,\s*\d+)*|/[^,]+(,\s*/[^,]+)*)\s*"
 #: The sections of a run's configuration, as ``-o SECTION.KEY=VALUE`` names them.
-SECTIONS = ("train", "model", "features", "pipeline", "decoder")
+SECTIONS = ("train", "model", "features", "pipeline", "decoder", "objective")
 #: Learning-rate schedules (:mod:`asrkit.train.schedules`).
 SCHEDULES = ("constant", "cosine", "noam", "newbob")
 #: The dev scores ``best_by`` may name (:func:`asrkit.train.evaluations.ranked` breaks ties).
@@ -96,6 +96,10 @@ class TrainConfig:
     #: ``asrkit evaluate --watch`` scores the checkpoints in another process.
     evaluate_dev: bool = True
     decoder: str = "greedy"
+    #: The training objective (:class:`asrkit.types.Objective`): what the model's output frames
+    #: are trained to be, with the loss; its settings are ``-o objective.KEY=VALUE``. Fixed once
+    #: the run has started.
+    objective: str = "ctc"
     #: The labels: ``chars`` (the dataset's alphabet) or a file a tokenizer built, such as a
     #: SentencePiece model from ``asrkit tokenizer build`` (:mod:`asrkit.tokenizers`).
     tokenizer: str = "chars"

@@ -4,9 +4,10 @@ Averaging the weights of the last few checkpoints of a run usually scores a litt
 any one of them (as fairseq's and ESPnet's recipes do). A run keeps its newest
 ``keep_checkpoints`` checkpoints for this (``checkpoints/history.json``; by default only the
 latest and the best are kept). The averaged checkpoint holds the mean of their trainable
-weights; non-trainable ones (batch-norm statistics) are the newest checkpoint's. It is written
-as ``checkpoints/averaged.json`` and its folder, like the others, and ``evaluate``,
-``transcribe`` and ``export`` take it with ``--checkpoint averaged``. A later ``asrkit average``
+weights (the model's, and the training objective's head's when it has one); non-trainable ones
+(batch-norm statistics) are the newest checkpoint's. It is written as
+``checkpoints/averaged.json`` and its folder, like the others, and ``evaluate``, ``transcribe``
+and ``export`` take it with ``--checkpoint averaged``. A later ``asrkit average``
 replaces it; training keeps it (it is never trained on, and never used as a fallback).
 """
 
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from asrkit.core.errors import AsrkitError
 from asrkit.runs.run import load_run
-from asrkit.train.checkpoints import AVERAGED, Checkpoints
+from asrkit.train.checkpoints import AVERAGED, Checkpoints, networks, trainable_variables
 from asrkit.train.growth import saved_model_config
 
 if TYPE_CHECKING:
@@ -41,10 +42,12 @@ def average_run(folder: str | Path, last: int) -> dict[str, Any]:
     chosen = kept[-last:]
     # A growing run (asrkit.train.growth): the size of its latest checkpoint, and every one
     # averaged must hold all of that model's weights (none from before a growth).
+    width = run.encoder_width()
     model = run.spec.build(saved_model_config(run, "latest"),
-                           run.extractor.num_features(run.feature_config),
-                           run.labels.num_classes)
-    reader = tf.train.Checkpoint(model=model)
+                           run.extractor.num_features(run.feature_config), width)
+    head = run.objective.build(run.objective_config, width, run.labels)
+    variables = trainable_variables(model, head)
+    reader = tf.train.Checkpoint(**networks(model, head))
     total: list[np.ndarray] = []
     for entry in chosen:  # the newest last, so its non-trainable weights stay
         status = reader.read(str(checkpoints.folder / entry["folder"] / "ckpt"))
@@ -56,11 +59,11 @@ def average_run(folder: str | Path, last: int) -> dict[str, Any]:
                 "model as it is now (saved before it grew); average fewer with --last"
             ) from None
         status.expect_partial()
-        weights = [np.asarray(w.numpy(), np.float64) for w in model.trainable_variables]
+        weights = [np.asarray(w.numpy(), np.float64) for w in variables]
         total = weights if not total else [t + w for t, w in zip(total, weights, strict=True)]
-    for weight, summed in zip(model.trainable_variables, total, strict=True):
+    for weight, summed in zip(variables, total, strict=True):
         weight.assign((summed / len(chosen)).astype(weight.dtype))
     steps = [int(entry["step"]) for entry in chosen]
     state = {"global_step": steps[-1], "averaged_steps": steps, "ema_from_step": -1}
-    Checkpoints(checkpoints.folder, model=model).save(AVERAGED, steps[-1], state)
+    Checkpoints(checkpoints.folder, **networks(model, head)).save(AVERAGED, steps[-1], state)
     return state

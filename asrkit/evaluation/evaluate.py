@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from asrkit.config.decoding import try_decoder
 from asrkit.config.overrides import DecoderChoice
 from asrkit.dataset.shards import damaged_dataset_error
-from asrkit.evaluation.restore import restore_model
+from asrkit.evaluation.restore import restore_networks
 from asrkit.pipeline.batches import make_dataset
 from asrkit.runs.run import Run, load_run
 from asrkit.runs.scoring import (
@@ -55,7 +55,7 @@ class SplitModel:
 def load_split_model(run: Run, split: str, checkpoint: str = "best") -> SplitModel:
     """Load a run's checkpoint (``best``, else ``latest``; ``averaged``; ``best-by-METRIC``)
     and the pipeline of ``split``, warning when an older best hides a newer unscored latest."""
-    model, state = restore_model(run, checkpoint)
+    model, head, state = restore_networks(run, checkpoint)
     if checkpoint in ("best", "latest"):
         scored = warn_if_latest_unscored(run.folder, state)
         if scored["kind"] == "best":
@@ -67,7 +67,9 @@ def load_split_model(run: Run, split: str, checkpoint: str = "best") -> SplitMod
     batches = make_dataset(run.dataset, split, run.labels, run.extractor, run.feature_config,
                            run.pipeline.for_evaluation())
     predict = make_predict(model, run.spec, run.model_config,
-                           run.extractor.num_features(run.feature_config))
+                           run.extractor.num_features(run.feature_config),
+                           objective=run.objective, objective_config=run.objective_config,
+                           head=head)
     return SplitModel(run, predict, batches, scored)
 
 

@@ -1,15 +1,20 @@
 """A saved run's model with the weights of one of its checkpoints: what evaluation,
-transcription, export and averaging start from."""
+transcription, export and averaging start from.
+
+They read the model's outputs as CTC logits, so a run whose training objective's are not
+(:attr:`asrkit.types.Objective.decoders`) is refused here in one line, before anything loads.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from asrkit.config.objectives import require_ctc_outputs
 from asrkit.core.errors import AsrkitError
 from asrkit.runs.provenance import plugin_change
 from asrkit.runs.run import Run, load_run
-from asrkit.train.checkpoints import Checkpoints
+from asrkit.train.checkpoints import Checkpoints, networks
 from asrkit.train.ema import load_averaged, shadow_of
 from asrkit.train.growth import saved_model_config
 
@@ -26,21 +31,32 @@ def load_run_model(folder: str | Path,
 
 
 def restore_model(run: Run, checkpoint: str = "best") -> tuple[keras.Model, dict[str, Any]]:
-    """``run``'s model with the ``checkpoint`` weights (``best`` or ``latest``; the other when
-    that one is missing or damaged; their moving average when the run keeps one), and that
-    checkpoint's state.
+    """``run``'s model with the ``checkpoint`` weights (:func:`restore_networks`), and that
+    checkpoint's state."""
+    model, _, state = restore_networks(run, checkpoint)
+    return model, state
+
+
+def restore_networks(run: Run, checkpoint: str = "best"
+                     ) -> tuple[keras.Model, keras.Model | None, dict[str, Any]]:
+    """``run``'s model and its objective's head (``None`` when it has none) with the
+    ``checkpoint`` weights (``best`` or ``latest``; the other when that one is missing or
+    damaged; their moving average when the run keeps one), and that checkpoint's state.
 
     Every weight of the model must come from the checkpoint. When they do not match and the
     run was made with another version of the model's plugin (``plugins.json``), the error says
     so and which version to install: a plugin that changed its architecture is the likely cause,
     not a damaged run."""
+    require_ctc_outputs(run.objective, "evaluate, transcribe and export each")
     model_config = saved_model_config(run, checkpoint)  # a growing run's size at that point
-    model = run.spec.build(model_config, run.num_features(), run.labels.num_classes)
+    width = run.encoder_width()
+    model = run.spec.build(model_config, run.num_features(), width)
+    head = run.objective.build(run.objective_config, width, run.labels)
     # The moving average of the weights, when the run keeps one (an averaged checkpoint holds
     # only the mean of the weights).
     keeps_average = bool(run.train.ema_decay) and checkpoint != "averaged"
-    shadow = shadow_of(model) if keeps_average else None
-    trackables = {"model": model, **({"ema": shadow} if shadow is not None else {})}
+    shadow = shadow_of(model, head) if keeps_average else None
+    trackables = {**networks(model, head), **({"ema": shadow} if shadow is not None else {})}
     watched = checkpoint.startswith("best-by-")
     try:
         state = Checkpoints(run.folder / ("watch" if watched else "checkpoints"),
@@ -60,5 +76,5 @@ def restore_model(run: Run, checkpoint: str = "best") -> tuple[keras.Model, dict
     if state is None:
         raise AsrkitError(f"{run.folder} has no checkpoint yet; train it first")
     if shadow is not None:
-        load_averaged(model, shadow, state)
-    return model, state
+        load_averaged(model, shadow, state, head)
+    return model, head, state

@@ -61,6 +61,7 @@ from asrkit.dataset.shards import damaged_dataset_error
 from asrkit.pipeline.batches import make_dataset
 from asrkit.runs.run import WATCH_METRICS, load_run
 from asrkit.runs.scoring import evaluate_dataset, make_predict
+from asrkit.train.checkpoints import networks
 from asrkit.train.growth import Growth
 from asrkit.train.snapshots import (
     PENDING,
@@ -259,9 +260,13 @@ class Watcher:
             return
         run = self.run
         num_features = run.extractor.num_features(run.feature_config)
-        self.model = run.spec.build(model_config, num_features, run.labels.num_classes)
-        self.reader = tf.train.Checkpoint(model=self.model)
-        self.predict = make_predict(self.model, run.spec, model_config, num_features)
+        width = run.encoder_width()
+        self.model = run.spec.build(model_config, num_features, width)
+        self.head = run.objective.build(run.objective_config, width, run.labels)
+        self.reader = tf.train.Checkpoint(**networks(self.model, self.head))
+        self.predict = make_predict(self.model, run.spec, model_config, num_features,
+                                    objective=run.objective,
+                                    objective_config=run.objective_config, head=self.head)
         self.model_config = model_config
 
     def score(self, snapshot: Snapshot) -> None:

@@ -308,7 +308,7 @@ def run_model_analysis(run: Any) -> dict[str, Any]:
     if not path.exists():
         extractor = run.extractor
         model = run.spec.build(run.model_config, extractor.num_features(run.feature_config),
-                               run.labels.num_classes)
+                               run.encoder_width())
         write_model_analysis(run.folder, model, run.spec, run.model_config,
                              run.feature_config, extractor)
     return json.loads(path.read_text(encoding="utf-8"))

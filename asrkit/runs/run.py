@@ -4,7 +4,8 @@ exported or compared later.
 ::
 
     runs/<name>/
-      config.json        the effective configuration: train, model, features, pipeline, decoder
+      config.json        the effective configuration: train, model, features, pipeline, decoder,
+                         objective
       plugins.json       installed plugins and versions (``asrkit plugins --json``)
       alphabet.txt       the dataset's alphabet (the labels, unless a tokenizer makes them)
       tokenizer.json     with ``-o tokenizer=FILE``: which tokenizer, and its file's copy
@@ -25,6 +26,7 @@ from typing import Any
 
 from asrkit import plugins
 from asrkit.config.decoding import choose_decoder, decoder_settings, try_decoder
+from asrkit.config.objectives import check_decodes
 from asrkit.config.overrides import DecoderChoice, Overrides
 from asrkit.config.pipeline import PipelineConfig
 from asrkit.config.run import SAVED_SECTIONS, RunConfig, read_train, resume_config
@@ -39,7 +41,7 @@ from asrkit.dataset.folders import resolve_dataset
 from asrkit.dataset.manifest import read_csv
 from asrkit.runs.provenance import plugin_change
 from asrkit.tokenizers import CHARS, TokenizerFile, read_record
-from asrkit.types import Decoder, FeatureConfig, FeatureExtractor, ModelSpec
+from asrkit.types import Decoder, FeatureConfig, FeatureExtractor, ModelSpec, Objective
 
 
 @dataclass
@@ -89,6 +91,19 @@ class Run:
     def extractor(self) -> FeatureExtractor:
         return plugins.get("feature", self.train.features or self.spec.features)
 
+    @property
+    def objective(self) -> Objective:
+        return plugins.get("objective", self.train.objective)
+
+    @property
+    def objective_config(self) -> Any:
+        return self.config.objective_config
+
+    def encoder_width(self) -> int:
+        """The width of the model's output frames, which the objective asks for
+        (``labels.num_classes`` for CTC): the model is built with it."""
+        return int(self.objective.encoder_width(self.objective_config, self.labels))
+
     def num_features(self) -> int:
         """The width of the extractor's features, which the model is built from; a one-line
         error when it is not the width the run was trained with (the extractor's plugin
@@ -109,7 +124,9 @@ class Run:
 
     def choose_decoder(self, choice: DecoderChoice) -> Decoder:
         """The decoder a command decoding this run's outputs uses: the run's, or the one
-        ``choice`` names, with ``choice``'s settings over the run's (or that decoder's own)."""
+        ``choice`` names, with ``choice``'s settings over the run's (or that decoder's own); a
+        one-line error when it cannot decode the objective's outputs."""
+        check_decodes(self.objective, choice.name or self.train.decoder, "decoding")
         return choose_decoder(choice, self.train.decoder, self.config.decoder)
 
     @property
@@ -271,15 +288,21 @@ def load_run(folder: str | Path) -> Run:
         decoder = None
     elif train.decoder in plugins.get_plugins().registry.names("decoder"):
         decoder = decoder_settings(train.decoder, base=decoder)
+    # Runs older than objectives are ctc runs (TrainConfig's default), which has no settings.
+    objective = _installed(folder, "objective", train.objective)
     spec = _installed(folder, "model", train.model)
     # Runs saved before the extractor was recorded read the model's own.
     train = replace(train, features=train.features or spec.features)
     extractor = _installed(folder, "feature", train.features)
     width = saved.get("num_features")
     configs = []
+    objective_values = saved.get("objective")
     for kind, name, config, values in (("model", train.model, spec.Config, saved["model"]),
                                        ("feature", train.features, extractor.Config,
-                                        saved["features"])):
+                                        saved["features"]),
+                                       ("objective", train.objective, objective.Config,
+                                        objective_values if isinstance(objective_values, dict)
+                                        else {})):
         try:
             configs.append(from_dict(config, values))
         except AsrkitError:
@@ -288,7 +311,9 @@ def load_run(folder: str | Path) -> Run:
                 raise
             raise AsrkitError(changed.message(folder, "the settings in its config.json")
                               ) from None
-    config = RunConfig(train, *configs, from_dict(PipelineConfig, saved["pipeline"]), decoder)
+    model_config, feature_config, objective_config = configs
+    config = RunConfig(train, model_config, feature_config,
+                       from_dict(PipelineConfig, saved["pipeline"]), decoder, objective_config)
     return Run(
         folder,
         config,

@@ -2,8 +2,9 @@
 dev evaluations of a training and ``asrkit evaluate`` share.
 
 The report lists corpus WER and CER (sums of edit distances over sums of reference lengths),
-the mean CTC loss, and the best, median and worst utterances with reference and hypothesis, as
-the Deep Speech notebook and DeepSpeech's reports did.
+the mean loss (the run's training objective's: CTC's by default), and the best, median and
+worst utterances with reference and hypothesis, as the Deep Speech notebook and DeepSpeech's
+reports did.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from asrkit.core.ctc import ctc_losses
 from asrkit.core.labels import Labels
 from asrkit.core.metrics import Score, corpus_score, score
 from asrkit.core.settings import format_value, to_dict
-from asrkit.types import AcousticModel, Decoder, ModelSpec
+from asrkit.objectives.ctc import CTCObjective
+from asrkit.types import AcousticModel, Decoder, ModelSpec, Objective
 
 if TYPE_CHECKING:
+    import keras
     import numpy as np
     import tensorflow as tf
 
 #: What :func:`make_predict` returns: ``predict(features, lengths, labels, label_lengths)``
-#: -> ``(logits, output lengths, per-utterance CTC loss)``.
+#: -> ``(logits, output lengths, per-utterance loss)``.
 Predict = Callable[["tf.Tensor", "tf.Tensor", "tf.Tensor", "tf.Tensor"],
                    tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]]
 
@@ -106,10 +108,17 @@ class Evaluation:
 
 
 def make_predict(model: AcousticModel, spec: ModelSpec, model_config: Any,
-                 num_features: int) -> Predict:
-    """A compiled function from a batch to (logits, output lengths, per-utterance CTC loss:
-    infinite for an utterance CTC cannot align, which the mean leaves out)."""
+                 num_features: int, *, objective: Objective | None = None,
+                 objective_config: Any = None, head: keras.Model | None = None) -> Predict:
+    """A compiled function from a batch to (the model's output, which decoders read as CTC
+    logits; output lengths; per-utterance loss of ``objective``, CTC when none is given:
+    infinite for an utterance it cannot align, which the mean leaves out)."""
     import tensorflow as tf
+
+    if objective is None:
+        objective = CTCObjective()
+    if objective_config is None:
+        objective_config = objective.Config()
 
     signature = [tf.TensorSpec([None, None, num_features], tf.float32),
                  tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, None], tf.int32),
@@ -120,8 +129,9 @@ def make_predict(model: AcousticModel, spec: ModelSpec, model_config: Any,
                 label_lengths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         logits = tf.cast(model((features, lengths), training=False), tf.float32)
         out_lengths = spec.output_length(model_config, lengths)
-        loss, feasible = ctc_losses(labels, label_lengths, logits, out_lengths)
-        return logits, out_lengths, tf.where(feasible, loss, float("inf"))
+        loss, feasible = objective.losses(objective_config, head, logits, out_lengths, labels,
+                                          label_lengths, training=False)
+        return logits, out_lengths, tf.where(feasible, tf.cast(loss, tf.float32), float("inf"))
 
     return predict
 
@@ -134,7 +144,7 @@ class BatchOutputs:
     references: list[str]
     logits: np.ndarray  # [batch, time, classes]
     lengths: np.ndarray  # [batch]
-    losses: np.ndarray  # [batch], the CTC loss of each utterance
+    losses: np.ndarray  # [batch], the loss of each utterance (the objective's)
 
 
 def model_outputs(predict: Predict, batches: tf.data.Dataset) -> Iterator[BatchOutputs]:

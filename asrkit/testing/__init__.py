@@ -31,9 +31,11 @@ Contract checks for a plugin author's own component, each a plain function that 
 ``AssertionError`` naming what is wrong: ``check_model`` (:mod:`asrkit.testing.models`: padding
 independence, declared stride, a few training steps, export), ``check_extractor``
 (:mod:`asrkit.testing.features`: frame counts, ``extract_batch`` against ``extract``),
-``check_decoder`` (:mod:`asrkit.testing.decoders`: settings round-trip, greedy equivalence) and
+``check_decoder`` (:mod:`asrkit.testing.decoders`: settings round-trip, greedy equivalence),
 ``check_tokenizer`` (:mod:`asrkit.testing.tokenizers`: one file built, ``decode(encode(text))
-== text``, words from ``symbols`` and ``word_marker`` alone, unknown characters refused).
+== text``, words from ``symbols`` and ``word_marker`` alone, unknown characters refused) and
+``check_objective`` (:mod:`asrkit.testing.objectives`: settings, output width, finite losses
+that agree with ``frames_needed``, gradients to the encoder and the head, ``tf.function``).
 """
 
 from __future__ import annotations
@@ -66,12 +68,14 @@ from asrkit.testing.models import (
     check_training,
     make_tiny_run,
 )
+from asrkit.testing.objectives import *  # noqa: F403  (the objective contract checks)
+from asrkit.testing.objectives import __all__ as _objective_checks
 from asrkit.testing.tokenizers import *  # noqa: F403  (the tokenizer contract checks)
 from asrkit.testing.tokenizers import __all__ as _tokenizer_checks
 
 __all__ = ["check_export", "check_extractor", "check_model", "check_output_lengths",
            "check_padding", "check_precision", "check_training", "import_sample", "make_tiny_run",
-           *_decoder_checks, *_tokenizer_checks]
+           *_decoder_checks, *_objective_checks, *_tokenizer_checks]
 
 
 @dataclass

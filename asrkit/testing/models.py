@@ -319,7 +319,7 @@ def make_tiny_run(folder: Path, seed: int = 3) -> Path:
     run = Run(folder, config, Alphabet())
     run.save()
     keras.utils.set_random_seed(seed)
-    model = run.spec.build(run.model_config, 26, run.labels.num_classes)
+    model = run.spec.build(run.model_config, 26, run.encoder_width())
     # Random weights favour one or two classes everywhere. Raise the space's bias until it wins
     # a third of the frames of a real utterance, so that the model "speaks" in words.
     audio = load_audio(sample_clip()).astype(np.float32) / 32768

@@ -1,6 +1,7 @@
 """Gradient accumulation: ``accumulate_steps`` micro-batches make one update.
 
-Each micro-batch adds the gradient of its *summed* CTC loss, and its utterance count, to
+Each micro-batch adds the gradient of its *summed* loss (the run's objective's), and its
+utterance count, to
 accumulators; the update divides the sums by the total count of utterances (of every
 micro-batch on every replica) and applies them once. That is the gradient of the mean loss over
 all those utterances, exactly what one batch K times larger gives, also when the micro-batches
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from asrkit.train.checkpoints import trainable_variables
 from asrkit.train.gradients import apply_gradients
 from asrkit.train.step import Batch, forward_and_loss
 
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     import keras
     import tensorflow as tf
 
-    from asrkit.types import ModelSpec
+    from asrkit.types import ModelSpec, Objective
 
 
 class AccumulatingStep:
@@ -39,11 +41,12 @@ class AccumulatingStep:
                  optimizer: keras.optimizers.LossScaleOptimizer, spec: ModelSpec,
                  model_config: Any, steps: int,
                  element_spec: dict[str, tf.TensorSpec] | None = None,
-                 clip_norm: float = 0.0) -> None:
+                 clip_norm: float = 0.0, *, objective: Objective | None = None,
+                 objective_config: Any = None, head: keras.Model | None = None) -> None:
         import tensorflow as tf
 
         self.steps, self.pending = steps, 0
-        variables = model.trainable_variables
+        variables = trainable_variables(model, head)
         on_read = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_READ,
                    "aggregation": tf.VariableAggregation.SUM}
         with strategy.scope():
@@ -53,7 +56,8 @@ class AccumulatingStep:
 
         def replica_add(batch: Batch) -> tf.Tensor:
             losses, gradients = forward_and_loss(model, spec, model_config, optimizer, batch,
-                                                 tf.reduce_sum)
+                                                 tf.reduce_sum, objective=objective,
+                                                 objective_config=objective_config, head=head)
             for accumulated, gradient in zip(sums, gradients, strict=True):
                 if gradient is not None:
                     accumulated.assign_add(tf.convert_to_tensor(gradient))

@@ -69,14 +69,15 @@ class Checkpoints:
                  **trackables: Any) -> None:
         import tensorflow as tf
 
-        model = trackables.get("model")
-        missing = untracked_weights(model) if model is not None else []
-        if missing:
-            raise AsrkitError(
-                f"the model's weights {', '.join(missing[:3])} would not be saved in checkpoints "
-                "(its layers are kept in a plain Python list); the model plugin must assign "
-                "each layer to an attribute"
-            )
+        for key, owner in (("model", "model"), ("head", "objective")):
+            missing = (untracked_weights(trackables[key])
+                       if trackables.get(key) is not None else [])
+            if missing:
+                raise AsrkitError(
+                    f"the {key}'s weights {', '.join(missing[:3])} would not be saved in "
+                    f"checkpoints (its layers are kept in a plain Python list); the {owner} "
+                    "plugin must assign each layer to an attribute"
+                )
         # The folder is made by the first save: reading a run's checkpoints (evaluate, a
         # best-by lookup that finds none) must not leave an empty folder behind.
         self.folder = folder
@@ -229,6 +230,19 @@ class Checkpoints:
                 shutil.rmtree(path, ignore_errors=True)
             elif path.name.endswith(".partial"):
                 path.unlink(missing_ok=True)
+
+
+def networks(model: keras.Model, head: keras.Model | None) -> dict[str, keras.Model]:
+    """The trackables of a run's networks in its checkpoints: ``model``, and ``head`` (the
+    training objective's network, :meth:`asrkit.types.Objective.build`) only when there is
+    one, so that a run without (CTC's) keeps the structure its checkpoints always had."""
+    return {"model": model, **({"head": head} if head is not None else {})}
+
+
+def trainable_variables(model: keras.Model, head: keras.Model | None) -> list[Any]:
+    """What training updates, in a fixed order: the model's trainable variables, then the
+    head's (when the objective has one)."""
+    return [*model.trainable_variables, *(head.trainable_variables if head is not None else ())]
 
 
 def untracked_weights(model: keras.Model) -> list[str]:

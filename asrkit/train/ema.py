@@ -21,32 +21,37 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from asrkit.train.checkpoints import trainable_variables
+
 if TYPE_CHECKING:
     import keras
     import tensorflow as tf
 
 
-def shadow_of(model: keras.Model) -> tf.Module:
-    """A trackable holding one float variable per trainable weight of ``model``, initialised to
-    it (created in the current ``tf.distribute`` scope): the checkpoint's ``ema``."""
+def shadow_of(model: keras.Model, head: keras.Model | None = None) -> tf.Module:
+    """A trackable holding one float variable per trainable weight of ``model`` and then of
+    the objective's ``head`` (:func:`asrkit.train.checkpoints.trainable_variables`), initialised
+    to it (created in the current ``tf.distribute`` scope): the checkpoint's ``ema``."""
     import tensorflow as tf
 
     holder = tf.Module()
     holder.weights = [tf.Variable(tf.identity(v.value), trainable=False)
-                      for v in model.trainable_variables]
+                      for v in trainable_variables(model, head)]
     return holder
 
 
 class WeightAverage:
-    """The shadow weights of ``model`` and the operations on them."""
+    """The shadow weights of ``model`` (and of the objective's ``head``) and the operations on
+    them."""
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, decay: float) -> None:
+    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, decay: float,
+                 head: keras.Model | None = None) -> None:
         import tensorflow as tf
 
         self.decay = decay
-        self.variables = model.trainable_variables
+        self.variables = trainable_variables(model, head)
         with strategy.scope():
-            self.trackable = shadow_of(model)
+            self.trackable = shadow_of(model, head)
         self.shadow = self.trackable.weights
 
         @tf.function
@@ -78,11 +83,12 @@ class WeightAverage:
                 weight.assign(value)
 
 
-def load_averaged(model: keras.Model, trackable: tf.Module, state: dict[str, Any]) -> bool:
-    """Put the shadow weights read into ``trackable`` (:func:`shadow_of`) into ``model`` when
-    the checkpoint whose ``state`` this is holds them; whether it did."""
+def load_averaged(model: keras.Model, trackable: tf.Module, state: dict[str, Any],
+                  head: keras.Model | None = None) -> bool:
+    """Put the shadow weights read into ``trackable`` (:func:`shadow_of`) into ``model`` (and
+    ``head``) when the checkpoint whose ``state`` this is holds them; whether it did."""
     if int(state.get("ema_from_step", -1)) < 0:
         return False
-    for shadow, weight in zip(trackable.weights, model.trainable_variables, strict=True):
+    for shadow, weight in zip(trackable.weights, trainable_variables(model, head), strict=True):
         weight.assign(shadow.read_value())
     return True

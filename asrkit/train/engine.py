@@ -114,7 +114,8 @@ class Trainer:
         if not restored and config.init_from:
             # Fine-tuning: every worker loads the source's weights, before the moving average
             # (if any) starts from them.
-            loaded = initialise(trained.model, config.init_from, config.init_reset)
+            loaded = initialise(trained.model, config.init_from, config.init_reset,
+                                trained.head, config.objective)
             if self.chief:
                 tqdm.write(loaded)
         if not trained.ema:

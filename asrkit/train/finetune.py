@@ -2,12 +2,15 @@
 
 The new run trains on its own dataset, with its own optimiser state, learning-rate schedule and
 loop counters; only the weights come from the source run's ``best`` (else ``latest``)
-checkpoint. It takes the source's model and feature settings unless ``-o`` says otherwise, and
-its model and sizes must be the source's: every layer's weights must have the same shapes, or
-the run is refused in one line naming the settings that differ. A different alphabet is the one
-allowed difference: the layers whose shapes depend on the number of classes (found by building
-the model for another class count, so any model plugin works) start afresh, the run says so in
-one line and records them in ``config.json`` (``train.init_reset``).
+checkpoint. It takes the source's model, feature and training-objective settings unless ``-o``
+says otherwise, and its model and sizes must be the source's: every layer's weights must have
+the same shapes, or the run is refused in one line naming the settings that differ. A different
+alphabet, or an objective asking for another output width (``Objective.encoder_width``), is
+the one allowed difference: the layers whose shapes depend on that width
+(found by building the model for another width, so any model plugin works) start afresh, the
+run says so in one line and records them in ``config.json`` (``train.init_reset``). The
+model's weights are loaded by layer name; the objective's head (if any) is loaded too when
+the source was trained with the same objective, else it starts afresh.
 
 ``train.freeze`` names layers whose weights training leaves as they start (Keras'
 ``trainable = False``; a frozen batch normalisation also keeps its statistics and runs in
@@ -27,7 +30,7 @@ from asrkit.config.run import typed_settings
 from asrkit.core.errors import AsrkitError
 from asrkit.core.settings import to_dict
 from asrkit.runs.run import Run, load_run
-from asrkit.train.checkpoints import KINDS, Checkpoints
+from asrkit.train.checkpoints import KINDS, Checkpoints, networks
 
 if TYPE_CHECKING:
     import keras
@@ -69,13 +72,19 @@ def _has_checkpoint(folder: Path, kind: str) -> bool:
     return checkpoints.is_dir() and Checkpoints(checkpoints).state(kind) is not None
 
 
-def source_settings(source: Run) -> Overrides:
-    """Settings giving a new run the source run's feature extractor, model and feature
-    settings, typed; the user's own ``-o`` come after them and win (the sizes check then says
-    if they do not fit)."""
-    return (Overrides((Setting("train", "features", source.train.features),))
+def source_settings(source: Run, given: Overrides | None = None) -> Overrides:
+    """Settings giving a new run the source run's feature extractor, training objective, and
+    model, feature and objective settings, typed; the user's own ``-o`` (``given``) come after
+    them and win (the sizes check then says if they do not fit). The objective's settings are
+    carried over only to the same objective."""
+    chosen = dict((given or Overrides()).section("train")).get("objective",
+                                                               source.train.objective)
+    same = chosen == source.train.objective
+    return (Overrides((Setting("train", "features", source.train.features),
+                       Setting("train", "objective", source.train.objective)))
             + typed_settings("model", source.model_config)
-            + typed_settings("features", source.feature_config))
+            + typed_settings("features", source.feature_config)
+            + (typed_settings("objective", source.objective_config) if same else Overrides()))
 
 
 def layer_weights(model: keras.Model) -> dict[str, keras.Layer]:
@@ -97,8 +106,10 @@ def _shapes(model: keras.Model) -> dict[str, list[tuple[int, ...]]]:
             for name, layer in layer_weights(model).items()}
 
 
-def _build(run: Run, num_classes: int) -> keras.Model:
-    return run.spec.build(run.model_config, run.num_features(), num_classes)
+def _build(run: Run, width: int | None = None) -> keras.Model:
+    """``run``'s model, its output frames ``width`` wide (default: its objective's)."""
+    return run.spec.build(run.model_config, run.num_features(),
+                          run.encoder_width() if width is None else width)
 
 
 def prepare(run: Run, source_run: Run, source: InitSource) -> tuple[Run, str]:
@@ -108,15 +119,16 @@ def prepare(run: Run, source_run: Run, source: InitSource) -> tuple[Run, str]:
     if source_run.train.model != run.train.model:
         raise AsrkitError(f"--init-from {source.folder} is a {source_run.train.model} run, this "
                           f"run a {run.train.model}: the model must be the same")
-    classes = run.labels.num_classes
-    mine = _build(run, classes)
+    width = run.encoder_width()
+    mine = _build(run, width)
     check_layer_names(mine, run.train.init_reset, "init_reset")
     check_layer_names(mine, run.train.freeze, "freeze")
     shapes = _shapes(mine)
-    theirs = _shapes(_build(source_run, source_run.labels.num_classes))
+    theirs = _shapes(_build(source_run))
     output: list[str] = []
-    if run.labels.symbols != source_run.labels.symbols:
-        other = _shapes(_build(run, classes + 1))
+    other_labels = run.labels.symbols != source_run.labels.symbols
+    if other_labels or width != source_run.encoder_width():
+        other = _shapes(_build(run, width + 1))
         output = [name for name in shapes if shapes[name] != other.get(name)]
     differ = [name for name in {**theirs, **shapes}
               if name not in output and shapes.get(name) != theirs.get(name)]
@@ -127,11 +139,15 @@ def prepare(run: Run, source_run: Run, source: InitSource) -> tuple[Run, str]:
     reset = tuple(dict.fromkeys([*output, *run.train.init_reset]))
     train = replace(run.train, init_from=str(source), init_reset=reset)
     note = ""
-    if output:
+    if output and other_labels:
         what = "alphabet" if run.train.tokenizer == source_run.train.tokenizer else "tokenizer"
         note = (f"the {what} differs from {source.folder}'s ({source_run.labels.size} "
                 f"symbols there, {run.labels.size} here): the output layer "
                 f"{', '.join(output)} starts afresh")
+    elif output:
+        note = (f"the objective differs from {source.folder}'s ({source_run.train.objective} "
+                f"there, {run.train.objective} here; output width {source_run.encoder_width()} "
+                f"there, {width} here): the output layer {', '.join(output)} starts afresh")
     return replace(run, config=replace(run.config, train=train)), note
 
 
@@ -158,19 +174,27 @@ def freeze(model: keras.Model, names: Iterable[str]) -> None:
         layers[name].trainable = False
 
 
-def initialise(model: keras.Model, init_from: str, reset: Iterable[str]) -> str:
-    """Copy the weights of ``init_from`` (``RUN:kind``) into ``model``, all layers but the
-    ``reset`` ones; return a line saying what was loaded."""
+def initialise(model: keras.Model, init_from: str, reset: Iterable[str],
+               head: keras.Model | None = None, objective: str = "ctc") -> str:
+    """Copy the weights of ``init_from`` (``RUN:kind``) into ``model``, layer by layer name,
+    all layers but the ``reset`` ones, and into the objective's ``head`` when the source was
+    trained with the same ``objective``; return a line saying what was loaded."""
     name, _, kind = init_from.rpartition(":")
     source_run = load_run(name)
-    source_model = _build(source_run, source_run.labels.num_classes)
-    state = Checkpoints(Path(name) / "checkpoints", model=source_model).restore(kind)
+    source_model = _build(source_run)
+    source_head = (source_run.objective.build(source_run.objective_config,
+                                              source_run.encoder_width(), source_run.labels)
+                   if head is not None and source_run.train.objective == objective else None)
+    state = Checkpoints(Path(name) / "checkpoints",
+                        **networks(source_model, source_head)).restore(kind)
     if state is None:
         raise AsrkitError(f"init_from {init_from}: {name} has no checkpoint")
     theirs, skip = layer_weights(source_model), set(reset)
     for layer_name, layer in layer_weights(model).items():
         if layer_name not in skip:
             layer.set_weights(theirs[layer_name].get_weights())
+    if head is not None and source_head is not None:
+        head.set_weights(source_head.get_weights())
     afresh = f"; {', '.join(sorted(skip))} afresh" if skip else ""
     return (f"starting from the weights of {name} ({kind} checkpoint, step "
             f"{state.get('global_step', '?')}){afresh}")

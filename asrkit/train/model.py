@@ -1,8 +1,9 @@
 """The model being trained and everything bound to its variables.
 
 The optimiser, the moving average of the weights (:mod:`asrkit.train.ema`), the checkpoints,
-the compiled train step and the evaluation function all hold the model's variables, so they are
-built together (:class:`TrainedModel`) and rebuilt together when a growth
+the compiled train step and the evaluation function all hold the model's variables (and those of
+the training objective's head, when it has one: :meth:`asrkit.types.Objective.build`), so they
+are built together (:class:`TrainedModel`) and rebuilt together when a growth
 (:mod:`asrkit.train.growth`) replaces the model with a bigger one. The object itself stays the
 same, so every part of the trainer that holds it sees the new model.
 """
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from asrkit.core.errors import AsrkitError
 from asrkit.runs.scoring import make_predict
 from asrkit.train.accumulate import AccumulatingStep
-from asrkit.train.checkpoints import Checkpoints
+from asrkit.train.checkpoints import Checkpoints, networks, trainable_variables
 from asrkit.train.ema import WeightAverage
 from asrkit.train.finetune import freeze
 from asrkit.train.precision import policy
@@ -81,37 +82,46 @@ class TrainedModel:
         self.build(model_config)
 
     def build(self, model_config: Any) -> None:
-        """The model of ``model_config`` and everything bound to its variables: the optimiser,
-        the moving average, the checkpoints, the compiled steps (again after a growth)."""
+        """The model of ``model_config``, the objective's head (if any), and everything bound
+        to their variables: the optimiser, the moving average, the checkpoints, the compiled
+        steps (again after a growth)."""
         run, config = self.run, self.config
+        self.objective, self.objective_config = run.objective, run.objective_config
+        width = run.encoder_width()
         with self.strategy.scope(), policy(self.precision):
-            self.model: keras.Model = run.spec.build(model_config, self.num_features,
-                                                     run.labels.num_classes)
+            self.model: keras.Model = run.spec.build(model_config, self.num_features, width)
+            self.head: keras.Model | None = self.objective.build(self.objective_config, width,
+                                                                 run.labels)
             if config.freeze:  # before the optimiser takes the trainable variables
                 freeze(self.model, config.freeze)
             self.optimizer = make_optimizer(config,
                                             loss_scale=self.precision == "mixed_float16")
-            self.optimizer.build(self.model.trainable_variables)
+            self.optimizer.build(trainable_variables(self.model, self.head))
         self.model_config = model_config
-        self.ema = (WeightAverage(self.strategy, self.model, config.ema_decay)
+        self.ema = (WeightAverage(self.strategy, self.model, config.ema_decay, self.head)
                     if config.ema_decay else None)
         self.checkpoints = Checkpoints(run.folder / "checkpoints", config.keep_checkpoints,
                                        on_saved=partial(hand_over, run.folder),
-                                       model=self.model, optimizer=self.optimizer,
+                                       **networks(self.model, self.head),
+                                       optimizer=self.optimizer,
                                        **({"ema": self.ema.trackable} if self.ema else {}))
         #: Compiled for the batches' structure on first use (:meth:`compile_step`).
         self.train_step: TrainStep | AccumulatingStep | None = None
-        self.predict = make_predict(self.model, run.spec, model_config, self.num_features)
+        self.predict = make_predict(self.model, run.spec, model_config, self.num_features,
+                                    objective=self.objective,
+                                    objective_config=self.objective_config, head=self.head)
         self.applied_lr: float | None = None
 
     def grow_to(self, model_config: Any, seed: int) -> None:
         """Rebuild at ``model_config`` (more layers), the new layers' initial weights drawn
-        from ``seed``; the existing layers keep their weights and optimiser state, and the
-        moving average starts again from the carried-over weights."""
-        model, optimizer = self.model, self.optimizer
+        from ``seed``; the existing layers (and the objective's head) keep their weights and
+        optimiser state, and the moving average starts again from the carried-over weights."""
+        model, head, optimizer = self.model, self.head, self.optimizer
         seed_everything(seed)
         self.build(model_config)
         carry_over(model, self.model)
+        if head is not None and self.head is not None:
+            carry_over(head, self.head)
         carry_over(optimizer, self.optimizer)
         if self.ema:
             self.ema.reset()
@@ -124,12 +134,18 @@ class TrainedModel:
             self.train_step = AccumulatingStep(self.strategy, self.model, self.optimizer,
                                                self.run.spec, self.model_config,
                                                config.accumulate_steps, element_spec,
-                                               config.clip_norm)
+                                               config.clip_norm, **self._objective())
         if self.train_step is None:
             self.train_step = make_train_step(self.strategy, self.model, self.optimizer,
                                               self.run.spec, self.model_config,
-                                              element_spec, config.clip_norm)
+                                              element_spec, config.clip_norm,
+                                              **self._objective())
         return self.train_step
+
+    def _objective(self) -> dict[str, Any]:
+        """The objective, its settings and its head, as the steps take them."""
+        return {"objective": self.objective, "objective_config": self.objective_config,
+                "head": self.head}
 
     @property
     def pending(self) -> int:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from asrkit.core.ctc import frames_needed
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import fits, frame_seconds
 from asrkit.dataset.manifest import read_csv
@@ -36,16 +35,19 @@ TOO_SHORT_NAMED = 100
 
 def too_short(run: Run, dataset_dir: Path | str, split: str) -> list[str]:
     """The audio files of ``split`` (from ``<split>.csv``; none without it) that are too short
-    for their transcripts with ``run``'s features and model."""
+    for their transcripts with ``run``'s features, model and training objective (its
+    ``frames_needed``)."""
     path = Path(dataset_dir) / f"{split}.csv"
     if not path.is_file():
         return []
+    objective, objective_config = run.objective, run.objective_config
     short = []
     for row in read_csv(path):
         samples = (round(row.duration * SAMPLE_RATE) if row.duration is not None
                    else max(0, (row.wav_filesize - WAV_HEADER_BYTES) // 2))
         try:
-            needed = frames_needed(run.labels.encode(row.transcript))
+            needed = objective.frames_needed(objective_config,
+                                             run.labels.encode(row.transcript))
         except AsrkitError:  # the pipeline names the characters the labels cannot spell
             continue
         if not fits(samples, needed, run.feature_config, run.spec, run.model_config):
@@ -55,11 +57,11 @@ def too_short(run: Run, dataset_dir: Path | str, split: str) -> list[str]:
 
 def warn_too_short(run: Run, dataset_dir: Path, extractor: FeatureExtractor, split: str,
                    records: RunRecords) -> None:
-    """Warn once, before training, of the utterances of ``split`` that CTC cannot align
-    with this run's features and model (:func:`asrkit.core.frames.fits`, from the split's CSV).
-    The import checked only the loosest case, every 10 ms frame kept; a model that
-    subsamples time needs longer audio. Training leaves them out of the loss and names them
-    as it meets them."""
+    """Warn once, before training, of the utterances of ``split`` that the run's objective
+    cannot align with this run's features and model (:func:`asrkit.core.frames.fits`, from
+    the split's CSV). The import checked only the loosest case, every 10 ms frame kept; a
+    model that subsamples time needs longer audio. Training leaves them out of the loss and
+    names them as it meets them."""
     short = too_short(run, dataset_dir, split)
     if not short:
         return
@@ -68,7 +70,8 @@ def warn_too_short(run: Run, dataset_dir: Path, extractor: FeatureExtractor, spl
                      "utterances": short[:TOO_SHORT_NAMED]})
     tqdm.write(f"asrkit: warning: {len(short)} utterance(s) of {split} are too short for "
                f"their transcripts at {run.spec.name}'s {seconds * 1000:g} ms output "
-               f"frames ({extractor.name} features); CTC cannot align them: "
+               f"frames ({extractor.name} features); the {run.objective.name} objective "
+               "cannot align them: "
                f"{', '.join(short[:3])}{', ...' if len(short) > 3 else ''}",
                file=sys.stderr)
 

@@ -1,7 +1,8 @@
 """One update of the weights: the optimiser, and the compiled distributed step.
 
-Every replica (a GPU, or the CPU) runs the model on its own batch and computes the CTC loss
-averaged over the *global* batch; the gradients are summed across replicas and applied once, so
+Every replica (a GPU, or the CPU) runs the model on its own batch and computes the run's
+training objective's loss (:class:`asrkit.types.Objective`; CTC by default) averaged over the
+*global* batch; the gradients are summed across replicas and applied once, so
 G devices behave like one batch G times larger (the notebook's towers); clipping acts on that
 sum (:mod:`asrkit.train.gradients`). Gradient accumulation (:mod:`asrkit.train.accumulate`)
 runs the same forward pass and loss, :func:`forward_and_loss`, so that both paths compute
@@ -17,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from asrkit.core.ctc import ctc_losses
+from asrkit.objectives.ctc import CTCObjective
+from asrkit.train.checkpoints import trainable_variables
 from asrkit.train.gradients import apply_gradients
 
 if TYPE_CHECKING:
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
     from asrkit.config.train import TrainConfig
-    from asrkit.types import ModelSpec
+    from asrkit.types import ModelSpec, Objective
 
 #: A batch as the step reads it: features, their lengths, labels, their lengths, ids...
 Batch = dict[str, "tf.Tensor"]
@@ -47,43 +49,57 @@ def make_optimizer(config: TrainConfig,
 def forward_and_loss(
     model: keras.Model, spec: ModelSpec, model_config: Any,
     optimizer: keras.optimizers.LossScaleOptimizer, batch: Batch,
-    reduce: Callable[[tf.Tensor], tf.Tensor],
+    reduce: Callable[[tf.Tensor], tf.Tensor], *, objective: Objective | None = None,
+    objective_config: Any = None, head: keras.Model | None = None,
 ) -> tuple[tf.Tensor, list[tf.Tensor | None]]:
-    """One replica's forward pass and CTC loss on ``batch``: the per-utterance losses, and the
-    gradients of ``reduce`` of them (scaled by the optimiser's loss scale) for the model's
-    trainable variables, in their order.
+    """One replica's forward pass and the ``objective``'s loss on ``batch`` (CTC when none is
+    given): the per-utterance losses, and the gradients of ``reduce`` of them (scaled by the
+    optimiser's loss scale) for the trainable variables of the model and then of the
+    objective's ``head`` (:func:`asrkit.train.checkpoints.trainable_variables`), in their order.
 
-    An utterance CTC cannot align (fewer output frames than its labels and repeats:
-    :mod:`asrkit.core.ctc`) is left out of the loss and reported as infinite, so the loop names it.
-    Its output frames are the model's ``output_length`` of the extractor's frame count, which
-    the extractor contract makes :func:`asrkit.core.frames.output_frames` of its samples: the count
-    the run's warning before the first step (:func:`asrkit.train.report.too_short`) and the
-    import use.
+    An utterance the objective cannot align (for CTC, fewer output frames than its labels and
+    repeats: :mod:`asrkit.core.ctc`) is left out of the loss and reported as infinite, so the
+    loop names it. Its output frames are the model's ``output_length`` of the extractor's frame
+    count, which the extractor contract makes :func:`asrkit.core.frames.output_frames` of its
+    samples: the count the run's warning before the first step
+    (:func:`asrkit.train.report.too_short`) and the import use.
     """
     import tensorflow as tf
 
+    if objective is None:
+        objective = CTCObjective()
+    if objective_config is None:
+        objective_config = objective.Config()
     features, lengths = batch["features"], batch["feature_lengths"]
     with tf.GradientTape() as tape:
-        logits = tf.cast(model((features, lengths), training=True), tf.float32)
+        encoder_out = tf.cast(model((features, lengths), training=True), tf.float32)
         out_lengths = spec.output_length(model_config, lengths)
-        ctc, feasible = ctc_losses(batch["labels"], batch["label_lengths"], logits, out_lengths)
-        scaled = optimizer.scale_loss(reduce(ctc))
-    gradients = tape.gradient(scaled, model.trainable_variables)
-    return tf.where(feasible, ctc, float("inf")), gradients
+        losses, feasible = objective.losses(objective_config, head, encoder_out, out_lengths,
+                                            batch["labels"], batch["label_lengths"],
+                                            training=True)
+        losses = tf.where(feasible, tf.cast(losses, tf.float32), 0.0)
+        scaled = optimizer.scale_loss(reduce(losses))
+    gradients = tape.gradient(scaled, trainable_variables(model, head))
+    return tf.where(feasible, losses, float("inf")), gradients
 
 
 def make_train_step(strategy: tf.distribute.Strategy, model: keras.Model,
                     optimizer: keras.optimizers.LossScaleOptimizer, spec: ModelSpec,
                     model_config: Any, element_spec: dict[str, tf.TensorSpec] | None = None,
-                    clip_norm: float = 0.0) -> Callable[[Batch], tf.Tensor]:
+                    clip_norm: float = 0.0, *, objective: Objective | None = None,
+                    objective_config: Any = None,
+                    head: keras.Model | None = None) -> Callable[[Batch], tf.Tensor]:
     """A compiled distributed step: a batch in, the per-utterance losses of all replicas out
-    (infinite for an utterance CTC cannot align: :func:`forward_and_loss`)."""
+    (infinite for an utterance the objective cannot align: :func:`forward_and_loss`)."""
     import tensorflow as tf
+
+    variables = trainable_variables(model, head)
 
     def replica_step(batch: Batch) -> tf.Tensor:
         losses, gradients = forward_and_loss(model, spec, model_config, optimizer, batch,
-                                             tf.nn.compute_average_loss)
-        apply_gradients(optimizer, gradients, model.trainable_variables, clip_norm)
+                                             tf.nn.compute_average_loss, objective=objective,
+                                             objective_config=objective_config, head=head)
+        apply_gradients(optimizer, gradients, variables, clip_norm)
         return losses
 
     def step(batch: Batch) -> tf.Tensor:

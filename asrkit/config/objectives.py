@@ -1,0 +1,61 @@
+"""The run's training objective (``train.objective``, ``ctc`` by default) and its settings (the
+``objective`` section of ``config.json``, ``-o objective.KEY=VALUE``), using only the
+:class:`~asrkit.types.Objective` contract; and the one-line refusals of what an objective's
+outputs cannot do, said before any work.
+
+A run's objective is fixed once it has started (its weights, and its head's, depend on it):
+:func:`asrkit.config.run.resume_config` refuses another one, or other settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from asrkit import plugins
+from asrkit.core.errors import AsrkitError
+from asrkit.core.settings import apply, from_dict
+from asrkit.types import Objective
+
+#: How an objective setting is written on the command line.
+OBJECTIVE_PREFIX = "objective."
+
+
+def objective_settings(name: str, pairs: Iterable[tuple[str, Any]] = (),
+                       base: Any = None) -> Any:
+    """The ``Config`` of the installed objective ``name``: ``base`` (one of its configs, or a
+    run's saved JSON section) or its defaults, with ``pairs`` applied; unknown keys are
+    errors."""
+    objective = plugins.get("objective", name)
+    pairs = list(pairs)
+    known = [field.name for field in dataclasses.fields(objective.Config)]
+    for key, value in pairs:
+        if key not in known:
+            raise AsrkitError(f"-o {OBJECTIVE_PREFIX}{key}={value}: the {name} objective has no "
+                              f"setting {key!r} (its settings: {', '.join(known) or 'none'}; "
+                              f"asrkit plugins --settings {name})")
+    if isinstance(base, Mapping):
+        base = from_dict(objective.Config, dict(base))
+    return apply(objective.Config() if base is None else base, pairs, OBJECTIVE_PREFIX)
+
+
+def check_decodes(objective: Objective, decoder: str, what: str) -> None:
+    """One line when ``what`` cannot decode ``objective``'s outputs with the decoder named
+    ``decoder``: a decoder the objective does not name, or outputs that are not CTC logits
+    (which every decoder asrkit runs reads)."""
+    if not objective.decodes_with(decoder):
+        names = ", ".join(objective.decoders or ())
+        raise AsrkitError(f"the {objective.name} objective's outputs are decoded by {names}, "
+                          f"not by the {decoder} decoder: choose one with -o decoder=NAME")
+    require_ctc_outputs(objective, what)
+
+
+def require_ctc_outputs(objective: Objective, what: str) -> None:
+    """One line when ``objective``'s model does not output CTC logits, which ``what`` (a
+    command, or part of one) reads."""
+    if not objective.ctc_outputs:
+        raise AsrkitError(f"{what} reads a model's outputs as CTC logits, which the "
+                          f"{objective.name} objective's are not (they are decoded by "
+                          f"{', '.join(objective.decoders or ()) or 'no decoder'}, with its "
+                          "head); asrkit cannot run those yet")
