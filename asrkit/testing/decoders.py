@@ -17,8 +17,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from asrkit.core.labels import LabelError, Labels
-from asrkit.core.settings import format_value, override
 from asrkit.core.text import Alphabet
+from asrkit.testing.settings import check_settings_read_back
 from asrkit.types import Decoder
 
 if TYPE_CHECKING:
@@ -56,13 +56,7 @@ def check_settings_round_trip(decoder: Decoder) -> None:
             and isinstance(config, kind)):
         raise AssertionError(f"{decoder.name}: Config must be a dataclass and config one of it; "
                              f"got Config={kind!r}, config={config!r}")
-    for field in dataclasses.fields(config):
-        written = format_value(getattr(config, field.name))
-        again = override(config, field.name, written, "decoder.")
-        if again != config:
-            raise AssertionError(
-                f"{decoder.name}: -o decoder.{field.name}={written} gives "
-                f"{getattr(again, field.name)!r}, not {getattr(config, field.name)!r}")
+    check_settings_read_back(decoder.name, config, "decoder.")
     configured = decoder.with_config(config)
     if not isinstance(configured, Decoder) or type(configured) is not type(decoder):
         raise AssertionError(f"{decoder.name}: with_config returned {configured!r}, not a "

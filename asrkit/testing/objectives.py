@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from asrkit import plugins
 from asrkit.core.labels import Labels
-from asrkit.core.settings import format_value, override
 from asrkit.core.text import Alphabet
+from asrkit.testing.settings import check_settings_read_back
 from asrkit.train.checkpoints import untracked_weights
 from asrkit.types import NAME_PATTERN, Objective
 
@@ -95,13 +95,7 @@ def check_objective_settings(objective: Objective) -> None:
     except TypeError as error:
         raise AssertionError(f"{name}: every setting of Config needs a default ({error})"
                              ) from None
-    for field in dataclasses.fields(config):
-        written = format_value(getattr(config, field.name))
-        again = override(config, field.name, written, "objective.")
-        if again != config:
-            raise AssertionError(
-                f"{name}: -o objective.{field.name}={written} gives "
-                f"{getattr(again, field.name)!r}, not {getattr(config, field.name)!r}")
+    check_settings_read_back(name, config, "objective.")
 
 
 def check_encoder_width(objective: Objective, config: Any = None,

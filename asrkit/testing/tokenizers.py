@@ -23,8 +23,8 @@ from typing import Any
 
 from asrkit.core.errors import AsrkitError
 from asrkit.core.labels import LabelError, Labels
-from asrkit.core.settings import format_value, override
 from asrkit.core.text import labels_from_json, normalize
+from asrkit.testing.settings import check_settings_read_back
 from asrkit.types import NAME_PATTERN, Tokenizer
 
 __all__ = ["check_build_and_load", "check_deterministic_build", "check_load_refuses_garbage",
@@ -86,13 +86,7 @@ def check_tokenizer_declaration(tokenizer: Tokenizer, config: Any = None) -> Non
     if config is not None and not isinstance(config, kind):
         raise AssertionError(f"{name}: config {config!r} is not a {kind.__name__}")
     config = kind() if config is None else config
-    for field in dataclasses.fields(config):  # as `asrkit tokenizer build -o KEY=VALUE` sets it
-        written = format_value(getattr(config, field.name))
-        again = override(config, field.name, written)
-        if again != config:
-            raise AssertionError(f"{name}: -o {field.name}={written} gives "
-                                 f"{getattr(again, field.name)!r}, not "
-                                 f"{getattr(config, field.name)!r}")
+    check_settings_read_back(name, config)  # as `asrkit tokenizer build -o KEY=VALUE` sets it
 
 
 def check_build_and_load(tokenizer: Tokenizer, texts: Sequence[str] | None = None,
