@@ -217,6 +217,9 @@ class Decoder(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     Config: ClassVar[type] = NoSettings
+    #: Whether ``decode`` reads CTC logits (every decoder but those of another objective, such
+    #: as a transducer's, which an :class:`Objective` names in its ``decoders``).
+    reads_ctc_logits: ClassVar[bool] = True
 
     def __init__(self, config: Any = None) -> None:
         self.config = self.Config() if config is None else config
@@ -304,19 +307,24 @@ class Objective(ABC):
       these labels needs (CTC: one a label, one more between equal neighbours). ``asrkit train``
       warns before the first step of the utterances of the training split that have fewer.
 
-    **Decoding.** Every registered :class:`Decoder` reads CTC logits (``[batch, frames,
-    labels + 1]``, the blank last), and so do ``asrkit transcribe`` (word times too) and every
-    export. An objective whose model output *is* such logits (CTC and its variants: label
-    smoothing, regularisers, auxiliary losses) leaves ``decoders`` at ``None``: then its
-    ``encoder_width`` must be ``labels.num_classes``, and its runs are decoded, scored,
-    transcribed and exported exactly as any run, by any decoder. An objective whose outputs
-    need its head to be read (a transducer) names the decoders that decode them in
-    ``decoders``. asrkit's engine reads outputs only as CTC logits so far, so a command that
-    would read such a run's outputs (``asrkit train``'s dev scoring and report, ``evaluate``,
-    ``transcribe``, ``export``) stops with one line before any work
-    (:mod:`asrkit.config.objectives`); the decoding of such outputs comes with the first such
-    objective. The declaration is on the class, not found out by calling a method, so that the
-    refusal comes before anything is built.
+    **Decoding.** An objective whose model output *is* CTC logits (``[batch, frames, labels +
+    1]``, the blank last: CTC and its variants, label smoothing, regularisers, auxiliary losses)
+    leaves ``decoders`` at ``None``: then its ``encoder_width`` must be ``labels.num_classes``,
+    and its runs are decoded, scored, transcribed and exported exactly as any run, by any of the
+    CTC decoders (``greedy``, ``beam``, a language model's). An objective whose outputs need
+    its head to be read (a transducer) names the decoders that read them in ``decoders`` (the
+    first is its runs' default) and hands them what they read with ``decoder_inputs(config,
+    head, encoder_out)``: the model's output of a batch (numpy) with the head, e.g.
+    :class:`asrkit.decoders.transducer.TransducerOutputs`. ``asrkit train``'s dev scoring,
+    ``evaluate`` and ``evaluate --watch`` decode such runs; ``transcribe`` and ``export`` read
+    CTC logits only so far and refuse them in one line before any work
+    (:mod:`asrkit.config.objectives`). The declaration is on the class, not found out by
+    calling a method, so that refusals come before anything is built.
+
+    **Presets.** ``presets`` maps a model preset's name (``full``, ``cpu``, ...) to the
+    objective's settings for it (``{"objective.joint_dim": "128"}``), applied after the
+    model's preset and before the user's ``-o``: a transducer's networks shrink with the
+    encoder on a CPU.
 
     Why a separate kind, and not a part of each model: the objective is a choice orthogonal to
     the architecture (any encoder with any objective), and it holds what must stay consistent
@@ -332,6 +340,8 @@ class Objective(ABC):
     #: What decodes the objective's outputs: ``None`` when the model's output is CTC logits
     #: (every registered decoder reads those), else the names of the decoders that do.
     decoders: ClassVar[tuple[str, ...] | None] = None
+    #: The objective's settings under each model preset (see the class docstring).
+    presets: ClassVar[dict[str, dict[str, str]]] = {}
 
     @abstractmethod
     def encoder_width(self, config: Any, labels: Any) -> int:
@@ -352,6 +362,12 @@ class Objective(ABC):
     @abstractmethod
     def frames_needed(self, config: Any, label_ids: Sequence[int]) -> int:
         """The fewest output frames an utterance of ``label_ids`` needs to be aligned."""
+
+    def decoder_inputs(self, config: Any, head: Any, encoder_out: Any) -> Any:
+        """What the objective's decoders read of a batch's model output ``encoder_out``
+        (numpy, ``[batch, frames, encoder_width]``): the output itself (the default: CTC
+        logits), or it with the ``head`` that reads it."""
+        return encoder_out
 
     @property
     def ctc_outputs(self) -> bool:

@@ -12,10 +12,13 @@
    ``asrkit evaluate RUN`` scores by default (``best``: what a user gets); ``--checkpoint
    latest`` scores the final weights instead.
 
-Prints a table and writes JSON (``--json``): CER and WER per test set, steps, epochs and
-seconds per step, at each time. Needs espeak-ng, flite, fortunes and sox (scripts/setup.sh).
+Prints a table and writes JSON (``--json``): CER and WER per test set, steps, epochs, seconds
+per step and the training process's peak resident memory, at each time. ``--beam`` also scores
+with each run's beam search (``beam`` for CTC, ``transducer-beam`` for a transducer);
+``--variant "rnnt:objective=transducer"`` trains a model with the transducer objective beside
+its CTC default. Needs espeak-ng, flite, fortunes and sox (scripts/setup.sh).
 
-    python benchmarks/bench_learning.py [--minutes 10,30] [--models ds2,brnn]
+    python benchmarks/bench_learning.py [--minutes 10,30] [--models ds2,brnn] [--beam]
         [--variant "NAME:SETTING;SETTING" ...] [--train 2400] [--train-voices 1]
         [--work bench-work]
 
@@ -63,11 +66,18 @@ def asrkit(*args: str, quiet: bool = True) -> subprocess.CompletedProcess:
     return result
 
 
-def train(run: Path, model: str, minutes: float, settings: list[str]) -> None:
+def train(run: Path, model: str, minutes: float, settings: list[str]) -> float:
+    """Train one run; returns the training process's peak resident memory in MiB."""
     options = [item for setting in settings for item in ("-o", setting)]
-    asrkit("train", "--model", model, "--dataset", "openvocab", "--epochs", "1000",
-           "-o", f"max_minutes={minutes}", "--run-dir", str(run), "--no-progress",
-           *options, quiet=False)
+    process = subprocess.Popen([sys.executable, "-m", "asrkit", "train", "--model", model,
+                                "--dataset", "openvocab", "--epochs", "1000", "-o",
+                                f"max_minutes={minutes}", "--run-dir", str(run),
+                                "--no-progress", *options])
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        sys.exit(f"asrkit train of {run} failed ({process.returncode})")
+    return usage.ru_maxrss / 1024
 
 
 #: The LM weights the dev split chooses from (``asrkit evaluate --grid``).
@@ -86,11 +96,17 @@ def tune_lm(run: Path, lm: Path, checkpoint: str) -> list[str]:
     return [item for option in best["options"] for item in option.split(" ", 1)]
 
 
-def score(run: Path, lm: Path | None, checkpoint: str) -> dict[str, dict[str, float]]:
-    """CER and WER of the ``checkpoint`` weights (and their step) on each test set, greedy
-    (``test``) and, given an LM, with the kenlm decoder at its default weights (``test+lm``) and
-    at those chosen on dev (``test+tuned-lm``)."""
+def score(run: Path, lm: Path | None, checkpoint: str,
+          beam: bool = False) -> dict[str, dict[str, float]]:
+    """CER and WER of the ``checkpoint`` weights (and their step) on each test set, with the
+    run's decoder (greedy: ``test``), with ``beam`` its objective's beam search (``test+beam``:
+    CTC's prefix beam search, or the transducer's) and, given an LM, with the kenlm decoder at
+    its default weights (``test+lm``) and at those chosen on dev (``test+tuned-lm``)."""
     decoders = {"": []}
+    if beam:
+        objective = json.loads((run / "config.json").read_text())["train"].get("objective")
+        decoders["+beam"] = ["--decoder",
+                             "transducer-beam" if objective == "transducer" else "beam"]
     if lm:
         decoders["+lm"] = ["--decoder", "kenlm", "-o", f"decoder.lm={lm}"]
         decoders["+tuned-lm"] = decoders["+lm"] + tune_lm(run, lm, checkpoint)
@@ -155,6 +171,8 @@ def main() -> None:
     parser.add_argument("--train-voices", type=int, default=1,
                         help="voices each training sentence is spoken in")
     parser.add_argument("--work", type=Path, default=Path("bench-work"))
+    parser.add_argument("--beam", action="store_true",
+                        help="also score with the beam search of each run's objective")
     parser.add_argument("--lm", action="store_true",
                         help="also score with the kenlm decoder and a word 3-gram")
     parser.add_argument("--lm-dictionary", type=Path, nargs="?", const=DICTIONARY,
@@ -192,10 +210,10 @@ def main() -> None:
             for minutes in budgets:
                 run = args.work / "runs" / f"{model}-{variant}-{minutes:g}min"
                 began = time.monotonic()
-                train(run, model, minutes, settings)
+                peak = train(run, model, minutes, settings)
                 row = {"model": model, "variant": variant, "minutes": minutes,
                        **progress(run), "wall_seconds": round(time.monotonic() - began),
-                       **score(run, lm, args.checkpoint)}
+                       "peak_mib": round(peak), **score(run, lm, args.checkpoint, args.beam)}
                 row["seconds_per_step"] = round(minutes * 60 / max(row["steps"], 1), 2)
                 results.append(row)
                 print(line(row), flush=True)
@@ -205,7 +223,7 @@ def main() -> None:
 
 
 #: Decodings of each test set, in the table's order, and their column names.
-DECODINGS = {"": "", "+lm": " + LM", "+tuned-lm": " + tuned LM"}
+DECODINGS = {"": "", "+beam": " + beam", "+lm": " + LM", "+tuned-lm": " + tuned LM"}
 
 
 def scored(row: dict) -> list[str]:
@@ -227,12 +245,13 @@ def column_name(key: str) -> str:
 
 def table(results: list[dict]) -> str:
     columns = max((scored(r) for r in results), key=len)
-    head = ("| model | variant | minutes | steps | scored step | s/step | "
+    head = ("| model | variant | minutes | steps | scored step | s/step | peak MiB | "
             + " | ".join(f"{column_name(s)} CER / WER" for s in columns) + " |")
-    rows = [head, "|" + "---|" * (6 + len(columns))]
+    rows = [head, "|" + "---|" * (7 + len(columns))]
     for r in results:
         cells = [r["model"], r["variant"], f"{r['minutes']:g}", str(r["steps"]),
-                 str(r["test"]["step"]), f"{r['seconds_per_step']:.2f}"]
+                 str(r["test"]["step"]), f"{r['seconds_per_step']:.2f}",
+                 str(r.get("peak_mib", "-"))]
         cells += [f"{r[s]['cer']:.1%} / {r[s]['wer']:.1%}" if s in r else "-" for s in columns]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

@@ -58,7 +58,7 @@ def test_the_example_is_registered_and_lists_its_settings(plugin, make_plugins, 
     plugins = make_plugins(plugin, entry_points=True)
     assert isinstance(plugins.registry.get("objective", "smoothed-ctc"), plugin.SmoothedCTC)
     assert plugins.plugins[MODULE].registered == {"objective": ["smoothed-ctc"]}
-    assert plugins.registry.names("objective") == ["ctc", "smoothed-ctc"]
+    assert plugins.registry.names("objective") == ["ctc", "smoothed-ctc", "transducer"]
     listing = asrkit_cli(["plugins"], plugins)
     assert listing.exit_code == 0, listing.stderr
     assert [line.split()[-2:] for line in listing.stdout.splitlines()

@@ -162,8 +162,8 @@ def test_the_objective_and_its_settings_are_part_of_the_run(datasets, monkeypatc
         resume_config(config, parse_overrides(["objective.weight=3"]))
 
 
-def test_outputs_that_are_not_ctc_logits_are_refused_before_any_work(datasets, monkeypatch,
-                                                                     make_plugins, tmp_path):
+def test_decoders_that_cannot_read_the_objectives_outputs_are_refused_before_any_work(
+        datasets, monkeypatch, make_plugins, tmp_path):
     from asrkit.config.pipeline import PipelineConfig
     from asrkit.config.run import RunConfig
     from asrkit.config.train import TrainConfig
@@ -175,15 +175,21 @@ def test_outputs_that_are_not_ctc_logits_are_refused_before_any_work(datasets, m
 
     monkeypatch.setenv("ASRKIT_HOME", str(datasets))
     make_plugins(ObjectivePlugin(), entry_points=True)
+    # Its runs' default decoder is its own first one (here, not installed).
+    with pytest.raises(AsrkitError, match="no decoder named 'transducerish-greedy' is installed"):
+        build_run_config({}, parse_overrides(["objective=transducerish"]))
     with pytest.raises(AsrkitError, match="the transducerish objective's outputs are decoded by "
                                           "transducerish-greedy, not by the greedy decoder"):
-        build_run_config({}, parse_overrides(["objective=transducerish"]))
+        build_run_config({}, parse_overrides(["objective=transducerish", "decoder=greedy"]))
+    with pytest.raises(AsrkitError, match="the transducer-greedy decoder reads another "
+                                          "objective's outputs, not the CTC logits of the ctc"):
+        build_run_config({}, parse_overrides(["decoder=transducer-greedy"]))
+    config, _ = build_run_config({}, parse_overrides(["objective=transducer"]))
+    assert config.train.decoder == "transducer-greedy"
     run = Run(tmp_path, RunConfig(TrainConfig(objective="transducerish"), BRNNConfig(),
                                   MFCCConfig(), PipelineConfig()), Alphabet())
     with pytest.raises(AsrkitError, match="decoded by transducerish-greedy, not by the beam"):
         run.choose_decoder(DecoderChoice("beam"))
-    with pytest.raises(AsrkitError, match=r"^decoding reads a model's outputs as CTC logits, "
-                                          r"which the transducerish objective's are not"):
-        run.choose_decoder(DecoderChoice("transducerish-greedy"))
-    with pytest.raises(AsrkitError, match=r"^evaluate, transcribe and export each reads"):
+    with pytest.raises(AsrkitError, match=r"^asrkit export reads a model's outputs as CTC "
+                                          r"logits, which the transducerish objective's are not"):
         restore_model(run)

@@ -53,9 +53,12 @@ def choose_decoder(choice: DecoderChoice, default: str, default_config: Any = No
 def try_decoder(decoder: Decoder, labels: Labels) -> None:
     """Decode one blank frame with ``decoder``, so that what it needs and lacks (a language
     model file, a word-start symbol among the labels) stops a command at its start, not after an
-    epoch."""
+    epoch. A decoder of another objective's outputs (a transducer's) needs the run's networks
+    to decode anything, and is taken as it is."""
     import numpy as np
 
+    if not decoder.reads_ctc_logits:
+        return
     logits = np.zeros((1, 1, labels.num_classes), dtype=np.float32)
     logits[0, 0, labels.blank] = 10.0
     texts = decoder.decode(logits, np.array([1]), labels)

@@ -40,15 +40,24 @@ def objective_settings(name: str, pairs: Iterable[tuple[str, Any]] = (),
     return apply(objective.Config() if base is None else base, pairs, OBJECTIVE_PREFIX)
 
 
-def check_decodes(objective: Objective, decoder: str, what: str) -> None:
-    """One line when ``what`` cannot decode ``objective``'s outputs with the decoder named
-    ``decoder``: a decoder the objective does not name, or outputs that are not CTC logits
-    (which every decoder asrkit runs reads)."""
+def check_decodes(objective: Objective, decoder: str) -> None:
+    """One line when the decoder named ``decoder`` cannot decode ``objective``'s outputs: one
+    the objective does not name, or one that reads another objective's outputs than CTC
+    logits (a transducer's decoders) for a CTC objective."""
     if not objective.decodes_with(decoder):
         names = ", ".join(objective.decoders or ())
         raise AsrkitError(f"the {objective.name} objective's outputs are decoded by {names}, "
-                          f"not by the {decoder} decoder: choose one with -o decoder=NAME")
-    require_ctc_outputs(objective, what)
+                          f"not by the {decoder} decoder: choose one of those")
+    if objective.ctc_outputs and not plugins.get("decoder", decoder).reads_ctc_logits:
+        raise AsrkitError(f"the {decoder} decoder reads another objective's outputs, not the "
+                          f"CTC logits of the {objective.name} objective: choose greedy, beam "
+                          "or a language model's decoder")
+
+
+def default_decoder(objective: Objective, decoder: str) -> str:
+    """``decoder``, or the objective's first decoder when it cannot decode its outputs: a
+    transducer run's default decoder is the transducer's greedy search, not CTC's."""
+    return decoder if objective.decodes_with(decoder) else (objective.decoders or (decoder,))[0]
 
 
 def require_ctc_outputs(objective: Objective, what: str) -> None:
@@ -58,4 +67,4 @@ def require_ctc_outputs(objective: Objective, what: str) -> None:
         raise AsrkitError(f"{what} reads a model's outputs as CTC logits, which the "
                           f"{objective.name} objective's are not (they are decoded by "
                           f"{', '.join(objective.decoders or ()) or 'no decoder'}, with its "
-                          "head); asrkit cannot run those yet")
+                          "head); asrkit cannot do that for such runs yet")

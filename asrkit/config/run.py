@@ -24,8 +24,8 @@ from typing import Any
 
 from asrkit import plugins
 from asrkit.config.decoding import decoder_settings
-from asrkit.config.objectives import check_decodes, objective_settings
-from asrkit.config.overrides import Overrides, Setting
+from asrkit.config.objectives import check_decodes, default_decoder, objective_settings
+from asrkit.config.overrides import Overrides, Setting, typed_overrides
 from asrkit.config.pipeline import PipelineConfig
 from asrkit.config.presets import choose_preset, preset_settings
 from asrkit.config.train import TrainConfig
@@ -81,8 +81,7 @@ def check_names(train: TrainConfig) -> None:
     spec = plugins.get("model", train.model)
     plugins.get("feature", train.features or spec.features)
     plugins.get("decoder", train.decoder)
-    check_decodes(plugins.get("objective", train.objective), train.decoder,
-                  "asrkit train (its dev evaluations and report)")
+    check_decodes(plugins.get("objective", train.objective), train.decoder)
 
 
 def build_run_config(named: Mapping[str, Any], overrides: Overrides) -> tuple[RunConfig, str]:
@@ -99,10 +98,15 @@ def build_run_config(named: Mapping[str, Any], overrides: Overrides) -> tuple[Ru
         if from_preset.keys("features"):
             why += f"; its {spec.features} settings are not applied to {features}"
         from_preset = from_preset.without("features")
+    # The objective's settings for the preset (a transducer's networks sized to the encoder).
+    objective = plugins.get("objective", requested.objective)
+    from_preset = from_preset + typed_overrides(objective.presets.get(preset, {}))
     # The preset first; a named option (--batch-size) and every -o win over it.
     settings = from_preset.without("train", named) + overrides
     train = replace(apply(given, settings.section("train")), preset=preset or "none",
                     features=features)
+    if "decoder" not in named and "decoder" not in settings.keys("train"):
+        train = replace(train, decoder=default_decoder(objective, train.decoder))
     check_names(train)
     extractor = plugins.get("feature", features)
     feature_config = apply(extractor.Config(), settings.section("features"), "features.")

@@ -1,8 +1,10 @@
 """A saved run's model with the weights of one of its checkpoints: what evaluation,
 transcription, export and averaging start from.
 
-They read the model's outputs as CTC logits, so a run whose training objective's are not
-(:attr:`asrkit.types.Objective.decoders`) is refused here in one line, before anything loads.
+Export reads the model alone (:func:`restore_model`), its outputs as CTC logits, so it refuses a
+run whose training objective's are not (:attr:`asrkit.types.Objective.decoders`: a
+transducer's) in one line, before anything loads; evaluation and transcription read the model
+and the objective's head (:func:`restore_networks`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def load_run_model(folder: str | Path,
 
 def restore_model(run: Run, checkpoint: str = "best") -> tuple[keras.Model, dict[str, Any]]:
     """``run``'s model with the ``checkpoint`` weights (:func:`restore_networks`), and that
-    checkpoint's state."""
+    checkpoint's state: for what reads its outputs as CTC logits (export)."""
+    require_ctc_outputs(run.objective, "asrkit export")
     model, _, state = restore_networks(run, checkpoint)
     return model, state
 
@@ -47,7 +50,6 @@ def restore_networks(run: Run, checkpoint: str = "best"
     run was made with another version of the model's plugin (``plugins.json``), the error says
     so and which version to install: a plugin that changed its architecture is the likely cause,
     not a damaged run."""
-    require_ctc_outputs(run.objective, "evaluate, transcribe and export each")
     model_config = saved_model_config(run, checkpoint)  # a growing run's size at that point
     width = run.encoder_width()
     model = run.spec.build(model_config, run.num_features(), width)

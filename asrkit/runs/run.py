@@ -126,7 +126,7 @@ class Run:
         """The decoder a command decoding this run's outputs uses: the run's, or the one
         ``choice`` names, with ``choice``'s settings over the run's (or that decoder's own); a
         one-line error when it cannot decode the objective's outputs."""
-        check_decodes(self.objective, choice.name or self.train.decoder, "decoding")
+        check_decodes(self.objective, choice.name or self.train.decoder)
         return choose_decoder(choice, self.train.decoder, self.config.decoder)
 
     @property

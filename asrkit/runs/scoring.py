@@ -29,10 +29,21 @@ if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
 
-#: What :func:`make_predict` returns: ``predict(features, lengths, labels, label_lengths)``
-#: -> ``(logits, output lengths, per-utterance loss)``.
-Predict = Callable[["tf.Tensor", "tf.Tensor", "tf.Tensor", "tf.Tensor"],
-                   tuple["tf.Tensor", "tf.Tensor", "tf.Tensor"]]
+
+
+@dataclass(frozen=True)
+class Predict:
+    """What :func:`make_predict` returns: ``predict(features, lengths, labels,
+    label_lengths)`` -> ``(model output, output lengths, per-utterance loss)``, compiled; and
+    ``decoder_inputs(output)``, what the run's decoders read of a batch's output (numpy): the
+    output itself for CTC logits, or the output with the objective's head (a transducer's)."""
+
+    function: Callable[..., tuple[Any, Any, Any]]
+    decoder_inputs: Callable[[Any], Any]
+
+    def __call__(self, features: tf.Tensor, lengths: tf.Tensor, labels: tf.Tensor,
+                 label_lengths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        return self.function(features, lengths, labels, label_lengths)
 
 
 @dataclass
@@ -110,9 +121,9 @@ class Evaluation:
 def make_predict(model: AcousticModel, spec: ModelSpec, model_config: Any,
                  num_features: int, *, objective: Objective | None = None,
                  objective_config: Any = None, head: keras.Model | None = None) -> Predict:
-    """A compiled function from a batch to (the model's output, which decoders read as CTC
-    logits; output lengths; per-utterance loss of ``objective``, CTC when none is given:
-    infinite for an utterance it cannot align, which the mean leaves out)."""
+    """A compiled function from a batch to (the model's output; output lengths; per-utterance
+    loss of ``objective``, CTC when none is given: infinite for an utterance it cannot align,
+    which the mean leaves out), with what the objective's decoders read of the output."""
     import tensorflow as tf
 
     if objective is None:
@@ -133,7 +144,10 @@ def make_predict(model: AcousticModel, spec: ModelSpec, model_config: Any,
                                           label_lengths, training=False)
         return logits, out_lengths, tf.where(feasible, tf.cast(loss, tf.float32), float("inf"))
 
-    return predict
+    def decoder_inputs(output: Any) -> Any:
+        return objective.decoder_inputs(objective_config, head, output)
+
+    return Predict(predict, decoder_inputs)
 
 
 @dataclass
@@ -142,7 +156,9 @@ class BatchOutputs:
 
     ids: list[str]
     references: list[str]
-    logits: np.ndarray  # [batch, time, classes]
+    #: What the run's decoders read: CTC logits ``[batch, time, classes]``, or what the
+    #: objective makes of its model's output (:meth:`asrkit.types.Objective.decoder_inputs`).
+    logits: Any
     lengths: np.ndarray  # [batch]
     losses: np.ndarray  # [batch], the loss of each utterance (the objective's)
 
@@ -156,7 +172,8 @@ def model_outputs(predict: Predict, batches: tf.data.Dataset) -> Iterator[BatchO
                                               batch["labels"], batch["label_lengths"])
         yield BatchOutputs([i.decode() for i in batch["ids"].numpy()],
                            [t.decode() for t in batch["transcripts"].numpy()],
-                           logits.numpy(), out_lengths.numpy(), losses.numpy())
+                           predict.decoder_inputs(logits.numpy()), out_lengths.numpy(),
+                           losses.numpy())
 
 
 def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Decoder, alphabet: Labels, split: str,

@@ -62,16 +62,19 @@ from typing import TYPE_CHECKING, Any
 
 from asrkit import plugins
 from asrkit.config.decoding import choose_decoder
+from asrkit.config.objectives import check_decodes
 from asrkit.config.overrides import DecoderChoice
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
 from asrkit.dataset.audio import SOX_TYPES, AudioError, decode
-from asrkit.evaluation.restore import load_run_model
+from asrkit.evaluation.restore import restore_networks
+from asrkit.objectives.ctc import CTCObjective
 from asrkit.plugins import one_line
+from asrkit.runs.run import load_run
 from asrkit.serving.audio_stream import AudioStream, measure_audio
 from asrkit.serving.export import ExportedModel, is_export
 from asrkit.serving.graph import make_logits_fn
-from asrkit.types import Decoder
+from asrkit.types import Decoder, Objective
 
 if TYPE_CHECKING:
     import numpy as np
@@ -196,10 +199,18 @@ class Recognizer(ABC):
     default_decoder_config: Any = None
     #: What the model is, for reports.
     name: str = ""
+    #: The run's training objective, whose outputs the decoder must read (``None``: CTC logits).
+    objective: Objective | None = None
 
     @abstractmethod
     def logits(self, audio: np.ndarray) -> np.ndarray:
-        """Logits ``[frames', classes]`` of float32 audio ``[samples]`` in [-1, 1] at 16 kHz."""
+        """The model's output ``[frames', width]`` of float32 audio ``[samples]`` in [-1, 1] at
+        16 kHz: CTC logits, or a transducer's encoder frames."""
+
+    def decoder_inputs(self, outputs: np.ndarray) -> Any:
+        """What the decoders read of one window's ``outputs`` ``[1, frames', width]``: the
+        CTC logits themselves, or them with the objective's networks (a transducer's)."""
+        return outputs
 
 
 class CheckpointRecognizer(Recognizer):
@@ -209,7 +220,10 @@ class CheckpointRecognizer(Recognizer):
     def __init__(self, folder: str | Path, checkpoint: str = "best") -> None:
         import tensorflow as tf
 
-        run, model, state = load_run_model(folder, checkpoint)
+        run = load_run(folder)
+        model, self._head, state = restore_networks(run, checkpoint)
+        self.objective = run.objective
+        self._objective_config = run.objective_config
         self.labels = run.labels
         self.frame_seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
         self.default_decoder = run.train.decoder
@@ -221,6 +235,10 @@ class CheckpointRecognizer(Recognizer):
 
     def logits(self, audio: np.ndarray) -> np.ndarray:
         return self._fn(audio).numpy()
+
+    def decoder_inputs(self, outputs: np.ndarray) -> Any:
+        assert self.objective is not None
+        return self.objective.decoder_inputs(self._objective_config, self._head, outputs)
 
 
 class ExportRecognizer(Recognizer):
@@ -259,7 +277,9 @@ def resolve_decoder(choice: DecoderChoice, recognizer: Recognizer) -> tuple[Deco
     if choice.name is None and default not in plugins.get_plugins().registry.names("decoder"):
         warning = f"the model's decoder {default!r} is not installed; using greedy"
         default, config = "greedy", None
-    return choose_decoder(choice, default, config), warning
+    decoder = choose_decoder(choice, default, config)
+    check_decodes(recognizer.objective or CTCObjective(), decoder.name)
+    return decoder, warning
 
 
 # -- windows ------------------------------------------------------------------------------------
@@ -500,10 +520,11 @@ def ctc_align(log_probs: np.ndarray, labels: Sequence[int], blank: int) -> list[
     return tokens
 
 
-def words_from_tokens(tokens: Sequence[Token], log_probs: np.ndarray, labels: Labels,
+def words_from_tokens(tokens: Sequence[Token], log_probs: np.ndarray | None, labels: Labels,
                       offset: float, frame_seconds: float) -> list[Word]:
     """Words with times (``offset`` + frames x frame seconds) and confidence: the geometric mean
-    over the word's tokens of each token's mean probability over the frames that emit it.
+    over the word's tokens of each token's mean probability over the frames that emit it
+    (``None`` without CTC ``log_probs``).
 
     Words are split as :class:`~asrkit.core.labels.Labels` splits them: a token that starts a word
     (``labels.starts_word``) ends the word before it; its body (``"▁the"``: "the") begins the
@@ -518,9 +539,12 @@ def words_from_tokens(tokens: Sequence[Token], log_probs: np.ndarray, labels: La
         if not current:
             return
         text = "".join(labels.body(t.label) for t in current)
-        characters = [float(np.exp(log_probs[t.first:t.last + 1, t.label]).mean())
-                      for t in current]
-        confidence = math.exp(sum(math.log(max(c, 1e-30)) for c in characters) / len(characters))
+        confidence = None
+        if log_probs is not None:
+            characters = [float(np.exp(log_probs[t.first:t.last + 1, t.label]).mean())
+                          for t in current]
+            confidence = math.exp(sum(math.log(max(c, 1e-30)) for c in characters)
+                                  / len(characters))
         start = offset + current[0].first * frame_seconds
         end = offset + (current[-1].last + 1) * frame_seconds
         words.append(Word(text, start, end, confidence))
@@ -547,12 +571,24 @@ def spread_words(text: str, start: float, end: float) -> list[Word]:
 
 
 def window_words(logits: np.ndarray, decoder: Decoder, labels: Labels, offset: float,
-                 frame_seconds: float) -> list[Word]:
+                 frame_seconds: float, inputs: Any = None) -> list[Word]:
     """Decode one window's logits and place its words in time: on the greedy path's tokens when
     the decoder's text is the greedy one, else on the forced alignment of the text's labels
-    (``labels.encode``; for subword pieces one valid segmentation of it)."""
+    (``labels.encode``; for subword pieces one valid segmentation of it).
+
+    A decoder of another objective's outputs (a transducer's) reads ``inputs`` (the window's
+    output as the recognizer hands it to decoders) and places each label at the frame it
+    emitted it (``decode_tokens``), without a confidence."""
     import numpy as np
 
+    if not decoder.reads_ctc_logits:
+        decode_tokens = getattr(decoder, "decode_tokens", None)
+        if decode_tokens is None:  # times unknown
+            text = decoder.decode(inputs, np.array([len(logits)]), labels)[0]
+            return spread_words(text, offset, offset + len(logits) * frame_seconds)
+        found = decode_tokens(inputs, np.array([len(logits)]), labels)[0]
+        return words_from_tokens([Token(label, frame, frame) for label, frame in found], None,
+                                 labels, offset, frame_seconds)
     log_probs = log_softmax(np.asarray(logits, np.float64))
     greedy = greedy_tokens(logits, labels.blank)
     text = decoder.decode(logits[np.newaxis], np.array([len(logits)]), labels)[0]
@@ -690,7 +726,8 @@ def _transcribe_windows(pieces: Iterable[tuple[Window, np.ndarray]], count: int,
         logits = recognizer.logits(audio)
         windows.append(window)
         found.append(window_words(logits, decoder, recognizer.labels,
-                                  window.start / SAMPLE_RATE, recognizer.frame_seconds))
+                                  window.start / SAMPLE_RATE, recognizer.frame_seconds,
+                                  recognizer.decoder_inputs(logits[np.newaxis])))
         if on_window is not None:
             on_window(number, count)
     duration = total / SAMPLE_RATE

@@ -1,0 +1,347 @@
+"""Decoders of transducer runs: ``transducer-greedy`` and ``transducer-beam``.
+
+A transducer's model output is not logits: it is the encoder's frames, which the objective's
+prediction and joint networks turn into label probabilities one emitted label at a time. So
+these decoders read :class:`TransducerOutputs` (the frames of a batch with the networks, what
+:meth:`asrkit.objectives.transducer.TransducerObjective.decoder_inputs` hands them) and call
+the networks through :class:`TransducerNetworks`, a protocol any transducer objective's head
+can meet.
+
+- ``transducer-greedy``: at each frame, the most likely class; a label is emitted and the frame
+  read again (at most ``max_symbols`` labels a frame), the blank moves to the next frame. The
+  whole batch side by side: two network calls a frame and emitted label.
+- ``transducer-beam``: a beam search over label sequences, frame by frame: every hypothesis is
+  extended by the blank (it has read the frame) or by one of its ``beam_width`` best labels (it
+  reads the frame again, up to ``max_symbols`` times); after each extension the ``beam_width``
+  best of those that read the frame and of those still extending are kept, and hypotheses that
+  read the frame with the same labels are merged (their probabilities summed), as in the
+  modified beam search of k2 and icefall, with several labels a frame allowed. At
+  ``beam_width=1`` it is exactly the greedy search. A word language model joins through the
+  prefix search's :class:`~asrkit.decoders.scoring.WordScorer` (shallow fusion:
+  :meth:`TransducerBeamDecoder.make_scorer`), scoring a word when the next one starts and at
+  the end.
+
+Both give each label's frame (:meth:`TransducerDecoder.decode_tokens`), which word times read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from asrkit import hookimpl
+from asrkit.core.errors import AsrkitError
+from asrkit.core.settings import setting
+from asrkit.decoders.scoring import Hypothesis, WordScorer
+from asrkit.types import Decoder
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from asrkit.core.labels import Labels
+    from asrkit.hookspecs import Register
+
+
+class TransducerNetworks(Protocol):
+    """What the decoders call of a transducer's head (tensors or numpy arrays in, tensors out;
+    float32)."""
+
+    #: The blank's class (the last: asrkit's labels count it so).
+    blank: int
+
+    def initial_state(self, count: int) -> Any:
+        """The prediction network's state before any label, ``[count, state_size]``."""
+
+    def predict_step(self, tokens: Any, state: Any) -> tuple[Any, Any]:
+        """After reading ``tokens`` ``[n]`` (the blank: the start), the prediction network's
+        output ``[n, joint_dim]`` and its state ``[n, state_size]``."""
+
+    def joint_step(self, frames: Any, predicted: Any) -> Any:
+        """Log-probabilities ``[n, classes]`` of ``frames`` ``[n, joint_dim]`` after
+        ``predicted``."""
+
+
+@dataclass
+class TransducerOutputs:
+    """A batch as a transducer's decoders read it: the encoder's ``frames`` ``[batch, frames,
+    joint_dim]`` and the ``networks`` that read them."""
+
+    frames: np.ndarray
+    networks: TransducerNetworks
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+
+#: A label and the frame it was emitted at.
+Token = tuple[int, int]
+
+
+class _Steps:
+    """The networks' step functions compiled once per head (a ``tf.function`` each), with
+    numpy in and out: a decoder calls them a few hundred times an utterance."""
+
+    def __init__(self, networks: TransducerNetworks) -> None:
+        import tensorflow as tf
+
+        self.blank = int(networks.blank)
+        self.initial_state = lambda count: networks.initial_state(count).numpy()
+        self._predict = tf.function(networks.predict_step, reduce_retracing=True)
+        self._joint = tf.function(networks.joint_step, reduce_retracing=True)
+
+    def predict(self, tokens: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import numpy as np
+
+        predicted, state = self._predict(np.asarray(tokens, np.int32),
+                                         np.asarray(state, np.float32))
+        return predicted.numpy(), state.numpy()
+
+    def joint(self, frames: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return self._joint(np.asarray(frames, np.float32),
+                           np.asarray(predicted, np.float32)).numpy()
+
+
+def steps_of(networks: TransducerNetworks) -> _Steps:
+    """The compiled steps of ``networks``, made once and kept on them."""
+    steps = getattr(networks, "_asrkit_decoding_steps", None)
+    if steps is None:
+        steps = _Steps(networks)
+        with contextlib.suppress(AttributeError, TypeError):  # kept when the head takes it
+            object.__setattr__(networks, "_asrkit_decoding_steps", steps)
+    return steps
+
+
+def _inputs(outputs: Any, decoder: str) -> TransducerOutputs:
+    if not isinstance(outputs, TransducerOutputs):
+        raise AsrkitError(f"the {decoder} decoder reads a transducer's outputs, not CTC logits: "
+                          "decode a CTC run with greedy, beam or a language-model decoder")
+    return outputs
+
+
+def greedy_search(networks: TransducerNetworks, frames: np.ndarray, lengths: np.ndarray,
+                  max_symbols: int) -> list[list[Token]]:
+    """The greedy search over a batch (see the module docstring): each utterance's labels with
+    the frame each was emitted at."""
+    import numpy as np
+
+    steps = steps_of(networks)
+    frames = np.asarray(frames, np.float32)
+    lengths = np.asarray(lengths)
+    size = len(frames)
+    found: list[list[Token]] = [[] for _ in range(size)]
+    if size == 0:
+        return found
+    predicted, state = steps.predict(np.full(size, steps.blank), steps.initial_state(size))
+    for t in range(int(lengths.max(initial=0))):
+        reading = lengths > t
+        for _ in range(max_symbols):
+            best = steps.joint(frames[:, t], predicted).argmax(-1)
+            emits = reading & (best != steps.blank)
+            if not emits.any():
+                break
+            for row in np.flatnonzero(emits):
+                found[row].append((int(best[row]), t))
+            new_predicted, new_state = steps.predict(np.where(emits, best, steps.blank), state)
+            predicted = np.where(emits[:, None], new_predicted, predicted)
+            state = np.where(emits[:, None], new_state, state)
+            reading = emits
+    return found
+
+
+class TransducerDecoder(Decoder):
+    """What the transducer decoders share: text from the labels each finds."""
+
+    reads_ctc_logits = False
+
+    def decode(self, logits: Any, lengths: Any, labels: Labels) -> list[str]:
+        return [labels.decode(token for token, _ in found)
+                for found in self.decode_tokens(logits, lengths, labels)]
+
+    def decode_tokens(self, outputs: Any, lengths: Any, labels: Labels) -> list[list[Token]]:
+        """Each utterance's labels and the frame each was emitted at."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class GreedyConfig:
+    #: The most labels emitted at one frame before the search moves on (a model that keeps
+    #: emitting at a frame would otherwise never stop).
+    max_symbols: int = setting(4, min=1, max=100)
+
+
+class TransducerGreedyDecoder(TransducerDecoder):
+    name = "transducer-greedy"
+    description = "Transducer greedy search: the best class a step, a few labels a frame at most."
+    Config = GreedyConfig
+
+    def decode_tokens(self, outputs: Any, lengths: Any, labels: Labels) -> list[list[Token]]:
+        inputs = _inputs(outputs, self.name)
+        return greedy_search(inputs.networks, inputs.frames, lengths, self.config.max_symbols)
+
+
+@dataclass(frozen=True)
+class BeamConfig:
+    #: Hypotheses kept after each extension; 1 is the greedy search.
+    beam_width: int = setting(4, min=1, max=1000)
+    #: The most labels one hypothesis emits at one frame.
+    max_symbols: int = setting(4, min=1, max=100)
+    #: Rank the final hypotheses by their score divided by their labels + 1 (longer transcripts
+    #: gather more negative log-probabilities); off, by the score.
+    length_norm: bool = setting(False)
+
+
+@dataclass
+class _Hyp:
+    tokens: tuple[int, ...]
+    frames: tuple[int, ...]
+    acoustic: float
+    lm: float
+    predicted: Any  # [joint_dim]
+    state: Any  # [state_size]
+    lm_state: Any = None
+    word: str = ""
+
+    @property
+    def score(self) -> float:
+        return self.acoustic + self.lm
+
+
+class TransducerBeamDecoder(TransducerDecoder):
+    name = "transducer-beam"
+    description = "Transducer beam search (modified beam search, several labels a frame)."
+    Config = BeamConfig
+
+    def make_scorer(self, labels: Labels) -> WordScorer | None:
+        """The word scorer (language model) fused into the search; ``None``: acoustics
+        alone. A language-model decoder for transducers overrides this."""
+        return None
+
+    def decode_tokens(self, outputs: Any, lengths: Any, labels: Labels) -> list[list[Token]]:
+        return [list(zip(best.tokens, best.frames, strict=True))
+                for best in (h[0] for h in self._search(outputs, lengths, labels))]
+
+    def decode_nbest(self, outputs: Any, lengths: Any, labels: Labels,
+                     count: int | None = None) -> list[list[Hypothesis]]:
+        """The ``count`` best hypotheses of each utterance (default: the whole beam), best
+        first."""
+        found = []
+        for hyps in self._search(outputs, lengths, labels):
+            found.append([Hypothesis(labels.decode(h.tokens), self._rank(h), h.acoustic, h.lm)
+                          for h in hyps[:count]])
+        return found
+
+    def _rank(self, hyp: _Hyp) -> float:
+        return hyp.score / (len(hyp.tokens) + 1) if self.config.length_norm else hyp.score
+
+    def _search(self, outputs: Any, lengths: Any, labels: Labels) -> list[list[_Hyp]]:
+        import numpy as np
+
+        inputs = _inputs(outputs, self.name)
+        scorer = self.make_scorer(labels)
+        steps = steps_of(inputs.networks)
+        return [self._utterance(steps, np.asarray(inputs.frames[row], np.float32),
+                                int(length), labels, scorer)
+                for row, length in enumerate(np.asarray(lengths))]
+
+    def _utterance(self, steps: _Steps, frames: np.ndarray, length: int, labels: Labels,
+                   scorer: WordScorer | None) -> list[_Hyp]:
+        import numpy as np
+
+        beam, cap = self.config.beam_width, self.config.max_symbols
+        predicted, state = steps.predict(np.full(1, steps.blank), steps.initial_state(1))
+        hyps = [_Hyp((), (), 0.0, 0.0, predicted[0], state[0],
+                     scorer.start() if scorer else None)]
+        for t in range(length):
+            done: dict[tuple[int, ...], _Hyp] = {}
+            active = hyps
+            for emitted in range(cap + 1):
+                if not active:
+                    break
+                logprobs = steps.joint(np.repeat(frames[t][None], len(active), 0),
+                                       np.stack([h.predicted for h in active]))
+                candidates: list[tuple[float, _Hyp, int]] = []
+                for row, hyp in enumerate(active):
+                    _merge(done, _Hyp(hyp.tokens, hyp.frames,
+                                      hyp.acoustic + float(logprobs[row, steps.blank]), hyp.lm,
+                                      hyp.predicted, hyp.state, hyp.lm_state, hyp.word))
+                    if emitted == cap:
+                        continue
+                    scores = logprobs[row].copy()
+                    scores[steps.blank] = -np.inf
+                    for label in np.argsort(-scores)[:beam]:
+                        label = int(label)
+                        child = _Hyp((*hyp.tokens, label), (*hyp.frames, t),
+                                     hyp.acoustic + float(scores[label]), hyp.lm, hyp.predicted,
+                                     hyp.state, hyp.lm_state, hyp.word)
+                        if scorer is not None:
+                            self._read_symbol(child, labels.symbols[label], labels, scorer)
+                        candidates.append((child.score, child, row))
+                # The best of those that read the frame and of those that go on extending.
+                pool = sorted([(h.score, h, -1) for h in done.values()] + candidates,
+                              key=lambda item: -item[0])[:beam]
+                done = {h.tokens: h for _, h, row in pool if row < 0}
+                active = self._predicted(steps, [(h, row) for _, h, row in pool if row >= 0],
+                                         active)
+            hyps = sorted(done.values(), key=lambda h: -h.score)[:beam]
+        if scorer is not None:
+            hyps = [self._finish(h, scorer) for h in hyps]
+        return sorted(hyps, key=lambda h: -self._rank(h))
+
+    @staticmethod
+    def _predicted(steps: _Steps, children: list[tuple[_Hyp, int]],
+                   parents: list[_Hyp]) -> list[_Hyp]:
+        """``children`` (each with its parent's row in ``parents``) after the prediction
+        network has read their last label."""
+        import numpy as np
+
+        if not children:
+            return []
+        predicted, state = steps.predict(
+            np.array([child.tokens[-1] for child, _ in children]),
+            np.stack([parents[row].state for _, row in children]))
+        for index, (child, _) in enumerate(children):
+            child.predicted, child.state = predicted[index], state[index]
+        return [child for child, _ in children]
+
+    @staticmethod
+    def _read_symbol(hyp: _Hyp, symbol: str, labels: Labels, scorer: WordScorer) -> None:
+        """Score the word ``symbol`` finishes (a symbol starting with the word marker starts
+        the next one), with the language model."""
+        marker = getattr(labels, "word_marker", " ")
+        if not symbol.startswith(marker):
+            hyp.word += symbol
+            return
+        if hyp.word:
+            score, hyp.lm_state = scorer.score_word(hyp.lm_state, hyp.word)
+            hyp.lm += score
+        hyp.word = symbol[len(marker):]
+
+    @staticmethod
+    def _finish(hyp: _Hyp, scorer: WordScorer) -> _Hyp:
+        if hyp.word:
+            score, hyp.lm_state = scorer.score_word(hyp.lm_state, hyp.word)
+            hyp.lm += score
+            hyp.word = ""
+        hyp.lm += scorer.score_end(hyp.lm_state)
+        return hyp
+
+
+def _merge(done: dict[tuple[int, ...], _Hyp], hyp: _Hyp) -> None:
+    """Keep ``hyp`` among the hypotheses that read the frame, its probability summed with one of
+    the same labels (the same prediction-network state: the same labels)."""
+    same = done.get(hyp.tokens)
+    if same is None:
+        done[hyp.tokens] = hyp
+        return
+    high, low = max(same.acoustic, hyp.acoustic), min(same.acoustic, hyp.acoustic)
+    same.acoustic = high + math.log1p(math.exp(low - high))
+
+
+@hookimpl
+def register_decoders(register: Register) -> None:
+    register(TransducerGreedyDecoder())
+    register(TransducerBeamDecoder())
