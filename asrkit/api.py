@@ -63,6 +63,12 @@ from asrkit.core.ctc import frames_needed as ctc_frames_needed
 from asrkit.objectives.ctc import CTCObjective
 
 # isort: split
+# -- Training objectives: the transducer, its loss and what its decoders read -------------------
+from asrkit.core.rnnt import rnnt_loss
+from asrkit.decoders.transducer import TransducerBeamDecoder, TransducerNetworks, TransducerOutputs
+from asrkit.objectives.transducer import TransducerObjective
+
+# isort: split
 # -- Decoding: the one CTC prefix beam search and its scorer interface -------------------------
 from asrkit.decoders.beam import BeamConfig, BeamDecoder, BeamSearchDecoder
 from asrkit.decoders.scoring import Hypothesis, WordScorer
@@ -103,6 +109,10 @@ __all__ = [
     "SettingInfo",
     "ShardRecord",
     "Tokenizer",
+    "TransducerBeamDecoder",
+    "TransducerNetworks",
+    "TransducerObjective",
+    "TransducerOutputs",
     "Utterance",
     "WordScorer",
     "__version__",
@@ -121,6 +131,7 @@ __all__ = [
     "read_csv",
     "read_records",
     "resolve_dataset",
+    "rnnt_loss",
     "safe_name",
     "setting",
     "shard_paths",

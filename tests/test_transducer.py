@@ -28,7 +28,7 @@ from tests.conftest import SPEECH
 from tests.test_transcribe import add_commands
 
 LABELS = Alphabet()
-SMALL = {"pred_dim": 12, "joint_dim": 10, "dropout": 0.0}
+SMALL = {"pred_dim": 12, "joint_dim": 10, "dropout": 0.0, "ctc_weight": 0.0}
 PREDICTORS = [TransducerConfig(**SMALL, frames_per_chunk=3),
               TransducerConfig(**SMALL, predictor="stateless", context_size=2,
                                frames_per_chunk=0),
@@ -48,7 +48,8 @@ def head_and_frames(config: TransducerConfig, seed: int, batch: int = 3, frames:
     return head, rng.normal(size=(batch, frames, config.joint_dim)).astype(np.float32)
 
 
-@pytest.mark.parametrize("config", PREDICTORS, ids=["lstm", "stateless", "lstm2"])
+@pytest.mark.parametrize("config", [*PREDICTORS, TransducerConfig(pred_dim=8, joint_dim=8)],
+                         ids=["lstm", "stateless", "lstm2", "defaults-with-ctc"])
 def test_the_objective_keeps_the_contract(config):
     check_objective("transducer", config)
 
@@ -67,6 +68,24 @@ def test_the_loss_is_the_rnnt_loss_of_the_whole_joint(config):
     expected, _ = rnnt_loss(logits, padded, frame_lengths, label_lengths, blank=-1)
     assert feasible.numpy().all()
     np.testing.assert_allclose(losses.numpy(), expected.numpy(), rtol=1e-5)
+
+
+def test_the_auxiliary_ctc_loss_is_added_where_ctc_can_align():
+    from asrkit.core.ctc import ctc_losses
+
+    config = TransducerConfig(**{**SMALL, "ctc_weight": 0.5})
+    head, frames = head_and_frames(config, seed=3)
+    labels = np.array([[3, 4, 4, 5], [7, 0, 0, 0], [2, 2, 2, 2]], np.int32)
+    label_lengths, frame_lengths = np.array([4, 1, 4], np.int32), np.array([9, 5, 3], np.int32)
+    losses, feasible = TransducerObjective().losses(config, head, frames, frame_lengths, labels,
+                                                    label_lengths)
+    plain, _ = TransducerObjective().losses(TransducerConfig(**SMALL), head, frames,
+                                            frame_lengths, labels, label_lengths)
+    ctc, aligned = ctc_losses(labels, label_lengths, head.ctc_output(frames), frame_lengths)
+    assert aligned.numpy().tolist() == [True, True, False]  # 4 equal labels need 7 frames
+    assert feasible.numpy().all()  # the transducer aligns them all
+    np.testing.assert_allclose(losses.numpy(), plain.numpy() + 0.5 * np.where(
+        aligned.numpy(), ctc.numpy(), 0.0), rtol=1e-5)
 
 
 def reference_greedy(head, frames: np.ndarray, length: int, max_symbols: int) -> list[int]:
@@ -260,3 +279,20 @@ def test_the_objective_presets_and_settings_are_listed(cli):
     for key in ("objective.predictor", "objective.joint_dim", "objective.frames_per_chunk"):
         assert key in listed.stdout
     assert set(plugins.get("objective", "transducer").presets) >= {"full", "cpu", "tiny"}
+
+
+def test_an_encoder_trained_with_ctc_starts_a_transducer_run(cli, tmp_path):
+    ctc, rnnt = tmp_path / "ctc", tmp_path / "rnnt"
+    common = ["--epochs", "1", "--batch-size", "4", "--no-progress"]
+    trained = cli(["train", "--model", "conformer", "-o", "preset=tiny", "--run-dir", ctc,
+                   *common])
+    assert trained.exit_code == 0, trained.stderr[-3000:]
+    started = cli(["train", "--init-from", ctc, "-o", "objective=transducer", "--run-dir", rnnt,
+                   *common])
+    assert started.exit_code == 0, started.stderr[-3000:]
+    # The encoder's output layer is the joint's projection now: it alone starts afresh.
+    assert "logits afresh" in started.stdout + started.stderr
+    config = json.loads((rnnt / "config.json").read_text())
+    assert config["train"]["init_reset"] == ["logits"]
+    assert config["train"]["objective"] == "transducer"
+    assert config["model"]["d_model"] == 16  # the source's encoder
