@@ -1,8 +1,9 @@
 """The objective plugin of docs/hooks.md ("`register_objectives`") works as written: a plugin
 module, taken from the page, keeps the objective contract (the page's own test of it passes),
 is listed by ``asrkit plugins`` with its settings, trains with ``-o objective=smoothed-ctc -o
-objective.weight=...``, is scored by ``asrkit evaluate`` with its own loss, and keeps its
-objective when resumed."""
+objective.weight=...``, is scored by ``asrkit evaluate`` with its own loss, keeps its
+objective when resumed, and is transcribed and exported as any run (its outputs are CTC
+logits)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from asrkit.testing import check_objective
-from tests.conftest import TINY
+from tests.conftest import SPEECH, TINY
 from tests.test_docs import DOCS
 
 #: The page's plugin module, under a name a distribution might give it.
@@ -105,3 +106,14 @@ def test_the_example_trains_evaluates_and_keeps_its_objective(plugin, make_plugi
         refused = asrkit_cli(["train", "--resume", run, "-o", pair], plugins)
         assert refused.exit_code == 1
         assert message in refused.stderr.strip().splitlines()[-1]
+
+    # Its outputs are CTC logits: transcribed and exported as any run's.
+    clip = SPEECH / "ldc93s1" / "LDC93S1.wav"
+    transcribed = asrkit_cli(["transcribe", clip, "--model", run, "--json"], plugins)
+    assert transcribed.exit_code == 0, transcribed.stderr[-3000:]
+    text = json.loads(transcribed.stdout)["text"]
+    exported = asrkit_cli(["export", run, "--output", tmp_path / "export"], plugins)
+    assert exported.exit_code == 0, exported.stderr[-3000:]
+    again = asrkit_cli(["transcribe", clip, "--model", tmp_path / "export", "--json"], plugins)
+    assert again.exit_code == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["text"] == text

@@ -298,7 +298,7 @@ def test_plugins_settings_lists_a_decoders_model_and_extractor_settings(asrkit_c
     assert missing.exit_code == 1
     assert missing.stderr.startswith("asrkit: error: no model, feature extractor, decoder, "
                                      "tokenizer or objective named 'nosuch' (models: ")
-    assert "; objectives: ctc)" in missing.stderr
+    assert "; objectives: ctc, transducer)" in missing.stderr
     chars = asrkit_cli(["plugins", "--settings", "chars"], plugins)
     assert "tokenizer chars (asrkit tokenizer build -s KEY=VALUE)" in chars.stdout
     ctc = asrkit_cli(["plugins", "--settings", "ctc"], plugins)

@@ -97,11 +97,11 @@ def test_pipeline_errors_keep_their_class():
 
 def config_classes() -> list[type]:
     """The config classes of asrkit: the run's sections, and the ``Config`` of each of asrkit's
-    own models, feature extractors, decoders and tokenizers."""
+    own models, feature extractors, decoders, tokenizers and objectives."""
     plugins = PluginSet()
     plugins.load_entry_points(disabled=set(), third_party=False)
     found: dict[str, type] = {}
-    for kind in ("model", "feature", "decoder", "tokenizer"):
+    for kind in ("model", "feature", "decoder", "tokenizer", "objective"):
         for registration in plugins.registry.registrations(kind):
             obj = registration.obj
             config = getattr(obj, "Config", None) or type(getattr(obj, "config", None))

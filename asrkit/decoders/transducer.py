@@ -167,7 +167,7 @@ class TransducerDecoder(Decoder):
 
 
 @dataclass(frozen=True)
-class GreedyConfig:
+class TransducerGreedyConfig:
     #: The most labels emitted at one frame before the search moves on (a model that keeps
     #: emitting at a frame would otherwise never stop).
     max_symbols: int = setting(4, min=1, max=100)
@@ -176,7 +176,7 @@ class GreedyConfig:
 class TransducerGreedyDecoder(TransducerDecoder):
     name = "transducer-greedy"
     description = "Transducer greedy search: the best class a step, a few labels a frame at most."
-    Config = GreedyConfig
+    Config = TransducerGreedyConfig
 
     def decode_tokens(self, outputs: Any, lengths: Any, labels: Labels) -> list[list[Token]]:
         inputs = _inputs(outputs, self.name)
@@ -184,7 +184,7 @@ class TransducerGreedyDecoder(TransducerDecoder):
 
 
 @dataclass(frozen=True)
-class BeamConfig:
+class TransducerBeamConfig:
     #: Hypotheses kept after each extension; 1 is the greedy search.
     beam_width: int = setting(4, min=1, max=1000)
     #: The most labels one hypothesis emits at one frame.
@@ -213,7 +213,7 @@ class _Hyp:
 class TransducerBeamDecoder(TransducerDecoder):
     name = "transducer-beam"
     description = "Transducer beam search (modified beam search, several labels a frame)."
-    Config = BeamConfig
+    Config = TransducerBeamConfig
 
     def make_scorer(self, labels: Labels) -> WordScorer | None:
         """The word scorer (language model) fused into the search; ``None``: acoustics
