@@ -259,12 +259,13 @@ def test_a_conformer_transducer_trains_evaluates_and_transcribes(cli, tmp_path):
     assert transcribed.exit_code == 0, transcribed.stderr[-3000:]
     assert json.loads(transcribed.stdout)["decoder"] == "transducer-greedy"
 
-    # The stateless prediction network's export transcribes as the run does.
-    exported = cli(["export", run, "--output", tmp_path / "savedmodel"])
-    assert exported.exit_code == 0, exported.stderr[-3000:]
-    from_export = cli(["transcribe", clip, "--model", tmp_path / "savedmodel", "--json"])
-    assert from_export.exit_code == 0, from_export.stderr[-3000:]
-    assert json.loads(from_export.stdout)["words"] == json.loads(transcribed.stdout)["words"]
+    # The stateless prediction network's exports transcribe as the run does.
+    for fmt in ("savedmodel", "tflite"):
+        exported = cli(["export", run, "--format", fmt, "--output", tmp_path / fmt])
+        assert exported.exit_code == 0, exported.stderr[-3000:]
+        from_export = cli(["transcribe", clip, "--model", tmp_path / fmt, "--json"])
+        assert from_export.exit_code == 0, from_export.stderr[-3000:]
+        assert json.loads(from_export.stdout)["words"] == json.loads(transcribed.stdout)["words"]
 
     for args, message in (
             (["evaluate", run, "--split", "dev", "--decoder", "greedy"],
