@@ -316,10 +316,11 @@ class Objective(ABC):
     first is its runs' default) and hands them what they read with ``decoder_inputs(config,
     head, encoder_out)``: the model's output of a batch (numpy) with the head, e.g.
     :class:`asrkit.decoders.transducer.TransducerOutputs`. ``asrkit train``'s dev scoring,
-    ``evaluate`` and ``evaluate --watch`` decode such runs; ``transcribe`` and ``export`` read
-    CTC logits only so far and refuse them in one line before any work
-    (:mod:`asrkit.config.objectives`). The declaration is on the class, not found out by
-    calling a method, so that refusals come before anything is built.
+    ``evaluate``, ``evaluate --watch`` and ``transcribe`` decode such runs; ``export`` writes
+    the greedy search of an objective decoded by ``transducer-greedy`` into the graph
+    (:mod:`asrkit.serving.export_transducer`) and refuses other such objectives in one line
+    before any work (:mod:`asrkit.config.objectives`). The declaration is on the class, not
+    found out by calling a method, so that refusals come before anything is built.
 
     **Presets.** ``presets`` maps a model preset's name (``full``, ``cpu``, ...) to the
     objective's settings for it (``{"objective.joint_dim": "128"}``), applied after the

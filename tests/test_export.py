@@ -117,6 +117,7 @@ def test_export_metadata_describes_the_model(exports, tiny_run):
     for fmt, folder in exports.items():
         meta = json.loads((folder / "asrkit.json").read_text())
         assert meta["format"] == fmt and meta["model"] == "brnn" and meta["features"] == "mfcc"
+        assert meta["objective"] == "ctc" and "max_symbols" not in meta
         assert meta["global_step"] == 7 and meta["blank"] == 28 and len(meta["alphabet"]) == 28
         assert meta["sample_rate"] == 16000 and meta["frame_seconds"] == pytest.approx(0.01)
         assert meta["verified_max_abs_diff"] < TOLERANCE

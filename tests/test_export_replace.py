@@ -31,8 +31,9 @@ def exports(monkeypatch, tmp_path):
     run_folder.mkdir()
     target = tmp_path / "exported"
     label = {"text": ""}
-    monkeypatch.setattr(export, "load_run_model",
-                        lambda folder, checkpoint: (SimpleNamespace(labels=None), None, {}))
+    monkeypatch.setattr(export, "load_networks",
+                        lambda folder, fmt, checkpoint: (SimpleNamespace(labels=None), None,
+                                                         None, {}))
     monkeypatch.setattr(export, "serving_module", lambda run, model, with_text=True: None)
     monkeypatch.setattr(export, "_save", lambda module, folder:
                         (folder / "saved_model.pb").write_text(label["text"]))

@@ -2,7 +2,8 @@
 (``asrkit.decoders.transducer``): the contract, the loss against the RNN-T loss of the whole
 joint, greedy decoding against a plain reference decoder, the beam search at width 1 against
 greedy, shallow fusion of a word scorer, and a run through the command line (train, evaluate
-with both decoders, transcribe, and what is refused in one line)."""
+with both decoders, transcribe, export, and what is refused in one line). Exports are checked
+in depth in tests/test_transducer_export.py."""
 
 from __future__ import annotations
 
@@ -258,15 +259,22 @@ def test_a_conformer_transducer_trains_evaluates_and_transcribes(cli, tmp_path):
     assert transcribed.exit_code == 0, transcribed.stderr[-3000:]
     assert json.loads(transcribed.stdout)["decoder"] == "transducer-greedy"
 
+    # The stateless prediction network's exports transcribe as the run does.
+    for fmt in ("savedmodel", "tflite"):
+        exported = cli(["export", run, "--format", fmt, "--output", tmp_path / fmt])
+        assert exported.exit_code == 0, exported.stderr[-3000:]
+        from_export = cli(["transcribe", clip, "--model", tmp_path / fmt, "--json"])
+        assert from_export.exit_code == 0, from_export.stderr[-3000:]
+        assert json.loads(from_export.stdout)["words"] == json.loads(transcribed.stdout)["words"]
+
     for args, message in (
             (["evaluate", run, "--split", "dev", "--decoder", "greedy"],
              "the transducer objective's outputs are decoded by transducer-greedy, "
              "transducer-beam, not by the greedy decoder"),
             (["transcribe", clip, "--model", run, "--decoder", "beam"],
              "not by the beam decoder"),
-            (["export", run, "--output", tmp_path / "export"],
-             "asrkit export reads a model's outputs as CTC logits, which the transducer "
-             "objective's are not")):
+            (["export", run, "--format", "onnx", "--output", tmp_path / "export"],
+             "asrkit export --format onnx: transducer runs export as savedmodel or tflite")):
         refused = cli(args)
         assert refused.exit_code != 0
         assert message in refused.stderr and "Traceback" not in refused.stderr

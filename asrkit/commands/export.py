@@ -27,7 +27,9 @@ def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str, fo
     """Export a trained run as a model that takes raw 16 kHz PCM (features inside).
 
     Signatures `logits` and `transcribe` (greedy text), for float32 PCM in [-1, 1] and, as
-    `*_int16`, for int16 PCM. The export is checked against the checkpoint before it is written.
+    `*_int16`, for int16 PCM; a transducer run's: `encode` and `transcribe` (its greedy search,
+    each label with its frame), as SavedModel or TFLite. The export is checked against the
+    checkpoint before it is written.
     """
     from asrkit.serving.export import export_run
 
@@ -35,6 +37,7 @@ def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str, fo
     if as_json:
         click.echo(json.dumps(meta, indent=2))
         return
+    what = "encoder frames" if meta.get("objective") == "transducer" else "logits"
     click.echo(f"exported {meta['model']} (step {meta['global_step']}) as {fmt} to "
-               f"{meta['path']}; logits match the checkpoint within "
+               f"{meta['path']}; {what} match the checkpoint within "
                f"{meta['verified_max_abs_diff']:.1e}")

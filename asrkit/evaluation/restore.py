@@ -1,10 +1,10 @@
 """A saved run's model with the weights of one of its checkpoints: what evaluation,
 transcription, export and averaging start from.
 
-Export reads the model alone (:func:`restore_model`), its outputs as CTC logits, so it refuses a
-run whose training objective's are not (:attr:`asrkit.types.Objective.decoders`: a
-transducer's) in one line, before anything loads; evaluation and transcription read the model
-and the objective's head (:func:`restore_networks`).
+What reads the model's outputs as CTC logits reads the model alone (:func:`restore_model`), and
+refuses a run whose training objective's are not (:attr:`asrkit.types.Objective.decoders`) in
+one line, before anything loads; evaluation, transcription and a transducer run's export read
+the model and the objective's head (:func:`restore_networks`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def load_run_model(folder: str | Path,
 
 def restore_model(run: Run, checkpoint: str = "best") -> tuple[keras.Model, dict[str, Any]]:
     """``run``'s model with the ``checkpoint`` weights (:func:`restore_networks`), and that
-    checkpoint's state: for what reads its outputs as CTC logits (export)."""
+    checkpoint's state: for what reads its outputs as CTC logits (a CTC run's export)."""
     require_ctc_outputs(run.objective, "asrkit export")
     model, _, state = restore_networks(run, checkpoint)
     return model, state

@@ -27,6 +27,11 @@ For characters ``text`` is the symbols joined; for subword pieces it is words, a
 :meth:`asrkit.core.labels.Labels.decode` reads pieces: joined, the word marker (``"▁"``) made a
 space, spaces collapsed and stripped (:func:`text_of`).
 
+A transducer run's export (:mod:`asrkit.serving.export_transducer`) has ``encode`` instead of
+``logits`` (the encoder's frames) and its own greedy search in ``transcribe``, which gives each
+label's frame too; :func:`load_networks` says which kind a run exports as, and refuses what
+cannot be exported before any weights load.
+
 An export is a folder: the SavedModel (``saved_model.pb``, ``variables/``) or ``model.tflite``,
 plus ``asrkit.json`` (``labels``: symbols, word marker and blank, read back with
 :func:`asrkit.core.text.labels_from_json`; ``alphabet``, the same symbols, for older readers; sample
@@ -36,7 +41,8 @@ asrkit can both use it. A SavedModel also holds its symbols and word marker as v
 (``alphabet``, ``word_marker``), so it is readable without ``asrkit.json``. It is written to a
 temporary folder and renamed into place, so a crash never leaves half an export, and it is
 verified before the rename: the exported model and the checkpoint must give the same logits on
-the same audio. ``force`` replaces only an export
+the same audio (a transducer's: the same encoder frames, and exactly the labels of the
+checkpoint's ``transducer-greedy`` decoder). ``force`` replaces only an export
 asrkit made (:mod:`asrkit.importing.outputs`): never the current folder, the run, or a user's
 folder. Replacing one never leaves the user without an export, whatever stops it: the old
 export is renamed aside, the new one renamed into place, and the old one deleted only once
@@ -54,18 +60,26 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from asrkit import __version__
 from asrkit.core.errors import AsrkitError
 from asrkit.core.files import sync_to_disk
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
-from asrkit.core.text import Alphabet, labels_from_json
-from asrkit.evaluation.restore import load_run_model
+from asrkit.core.text import labels_from_json
+from asrkit.evaluation.restore import restore_model, restore_networks
 from asrkit.importing import outputs
-from asrkit.runs.run import Run
+from asrkit.runs.run import Run, load_run
+from asrkit.serving import export_transducer
 from asrkit.serving.export_onnx import OnnxModel, metadata, write_onnx
-from asrkit.serving.graph import greedy_labels, make_logits_fn
+from asrkit.serving.graph import (
+    PCM_SCALE,
+    describe_module,
+    greedy_labels,
+    joins_symbols,
+    make_logits_fn,
+    text_of,
+)
 
 if TYPE_CHECKING:
     import keras
@@ -78,8 +92,6 @@ FORMATS = ("savedmodel", "tflite", "onnx")
 #: The export's description, beside the model.
 METADATA_FILE = "asrkit.json"
 TFLITE_FILE = "model.tflite"
-#: int16 PCM to [-1, 1): the scale the training pipeline uses (``asrkit.dataset.shards.parse``).
-PCM_SCALE = 32768.0
 #: Largest logit difference accepted between an export and its checkpoint. float32 kernels
 #: that add in another order (TFLite, XNNPACK) differ by about 1e-6 of the logits' size.
 VERIFY_TOLERANCE = 1e-3
@@ -93,27 +105,6 @@ class ExportError(AsrkitError):
 
 
 # -- a run's model ------------------------------------------------------------------------------
-
-
-def joins_symbols(labels: Labels) -> TypeGuard[Alphabet]:
-    """Whether ``labels``' text is its symbols joined as they are (characters): no word marker
-    to turn into spaces, no spaces to collapse."""
-    return isinstance(labels, Alphabet)
-
-
-def text_of(characters: tf.Tensor, labels: Labels) -> tf.Tensor:
-    """The text of the greedy path's symbols ``characters`` (string ``[n]``), in the graph: for
-    characters the symbols joined; for subword pieces the words, as ``labels.decode`` gives them
-    (marker -> space, spaces collapsed, the ends stripped)."""
-    import re
-
-    import tensorflow as tf
-
-    joined = tf.strings.reduce_join(characters)
-    if joins_symbols(labels):
-        return joined
-    spaced = tf.strings.regex_replace(joined, re.escape(labels.word_marker), " ")
-    return tf.strings.strip(tf.strings.regex_replace(spaced, r"\s+", " "))
 
 
 def serving_module(run: Run, model: keras.Model, with_text: bool = True) -> tf.Module:
@@ -138,21 +129,11 @@ def serving_module(run: Run, model: keras.Model, with_text: bool = True) -> tf.M
         # TFLite each signature traces its own copy.)
         logits_fn = tf.function(logits_fn, input_signature=float_pcm)
 
-    seconds = frame_seconds(run.feature_config, run.spec, run.model_config)
-
     class Serving(tf.Module):
         def __init__(self) -> None:
             super().__init__(name="asrkit_serving")
             self.model_variables = [getattr(v, "value", v) for v in model.variables]
-            # Readable without asrkit: loaded.alphabet.numpy() (the symbols, pieces too),
-            # loaded.word_marker.numpy(), loaded.frame_seconds.numpy().
-            self.alphabet = tf.Variable(list(classes.symbols), trainable=False, name="alphabet")
-            self.word_marker = tf.Variable(classes.word_marker, trainable=False,
-                                           name="word_marker")
-            self.frame_seconds = tf.Variable(seconds, trainable=False, dtype=tf.float32,
-                                             name="frame_seconds")
-            self.sample_rate = tf.Variable(SAMPLE_RATE, trainable=False, name="sample_rate")
-            self._symbols = tf.constant(list(classes.symbols))
+            describe_module(self, run)  # readable without asrkit: loaded.alphabet.numpy() ...
 
         def _transcribe(self, audio: tf.Tensor) -> dict[str, tf.Tensor]:
             labels = greedy_labels(logits_fn(audio), blank)
@@ -200,7 +181,11 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
                checkpoint: str = "best", force: bool = False) -> dict[str, Any]:
     """Export a run's checkpoint as ``fmt`` into the folder ``output`` (default
     ``RUN/export/FORMAT``), verify it against the checkpoint, and return its metadata (also
-    written to ``asrkit.json`` in the folder, with the verification's largest difference)."""
+    written to ``asrkit.json`` in the folder, with the verification's largest difference).
+
+    A run whose outputs are CTC logits exports with CTC's greedy decoding in the graph; a
+    transducer run with the transducer's greedy search
+    (:mod:`asrkit.serving.export_transducer`)."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
@@ -208,15 +193,19 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     outputs.check_not_current(target, "write an export over")
     recover_replacement(target)  # what a crash left of an earlier replacement
     _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
-    run, model, state = load_run_model(folder, checkpoint)
+    run, model, head, state = load_networks(folder, fmt, checkpoint)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        module = serving_module(run, model, with_text=True)
+        if head is None:
+            module = serving_module(run, model, with_text=True)
+        else:
+            module = export_transducer.transducer_module(
+                run, model, head, export_transducer.max_symbols_of(run))
         if fmt == "savedmodel":
             _save(module, staging)
         elif fmt == "tflite":
-            _write_tflite(run, model, staging)
+            _write_tflite(run, model, staging, head)
         else:
             write_onnx(run, model, staging)
         meta = _metadata(run, fmt, checkpoint, state)
@@ -232,6 +221,20 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         shutil.rmtree(staging, ignore_errors=True)
     meta["path"] = str(target)
     return meta
+
+
+def load_networks(folder: str | Path, fmt: str, checkpoint: str = "best"
+                  ) -> tuple[Run, keras.Model, keras.Model | None, dict[str, Any]]:
+    """The run in ``folder``, its model and the checkpoint's state, and the transducer's head
+    that the export's search calls (``None`` for a run whose outputs are CTC logits, whose export
+    reads the model alone). What ``fmt`` cannot hold, and an objective whose outputs neither
+    kind of export reads, is refused in one line before any weights load."""
+    run = load_run(folder)
+    if not export_transducer.exports_as_transducer(run.objective):
+        model, state = restore_model(run, checkpoint)  # refuses other objectives' runs
+        return run, model, None, state
+    export_transducer.check_format(fmt)
+    return (run, *restore_networks(run, checkpoint))
 
 
 def aside_path(target: Path) -> Path:
@@ -323,11 +326,16 @@ def _save(module: tf.Module, folder: Path) -> None:
     tf.saved_model.save(module, str(folder), signatures=module.signatures())
 
 
-def _write_tflite(run: Run, model: keras.Model, folder: Path) -> None:
-    """Convert through a SavedModel of the string-join-free signatures, built-ins only."""
+def _write_tflite(run: Run, model: keras.Model, folder: Path, head: Any = None) -> None:
+    """Convert through a SavedModel of the string-join-free signatures, built-ins only (a
+    transducer's, with its search, when ``head`` is given)."""
     import tensorflow as tf
 
-    lite = serving_module(run, model, with_text=False)
+    if head is None:
+        lite = serving_module(run, model, with_text=False)
+    else:
+        lite = export_transducer.transducer_module(
+            run, model, head, export_transducer.max_symbols_of(run), with_text=False)
     with tempfile.TemporaryDirectory(prefix="asrkit-tflite-") as scratch:
         _save(lite, Path(scratch))
         converter = tf.lite.TFLiteConverter.from_saved_model(
@@ -344,9 +352,14 @@ def _write_tflite(run: Run, model: keras.Model, folder: Path) -> None:
 
 
 def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dict[str, Any]:
+    """``asrkit.json``: what the export is and holds. ``objective`` says which graph: ``ctc``
+    (logits and CTC's greedy decoding; exports older than the entry are these) or
+    ``transducer`` (encoder frames and the transducer's greedy search, with its
+    ``max_symbols``)."""
     signatures = ["logits", "transcribe", "logits_int16", "transcribe_int16"]
     meta = {
         "format": fmt,
+        "objective": "ctc",
         "asrkit_version": __version__,
         "model": run.spec.name,
         "features": run.extractor.name,
@@ -367,6 +380,8 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
     }
     if fmt == "onnx":
         meta.update(metadata())
+    if export_transducer.exports_as_transducer(run.objective):
+        meta.update(export_transducer.metadata(export_transducer.max_symbols_of(run), fmt))
     return meta
 
 
@@ -383,19 +398,36 @@ def verification_audio(seconds: float = VERIFY_SECONDS) -> np.ndarray:
 
 def verify_export(folder: Path, module: tf.Module) -> float:
     """The largest logit difference between the export in ``folder`` and ``module`` (the
-    checkpoint's graph) on :func:`verification_audio`; an error if it exceeds the tolerance."""
+    checkpoint's graph) on :func:`verification_audio`; an error if it exceeds the tolerance.
+
+    A transducer export's encoder frames are compared instead (to
+    :data:`asrkit.serving.export_transducer.VERIFY_TOLERANCE`), and its ``transcribe`` must
+    emit exactly the labels, at the same frames, that the checkpoint's greedy search
+    (``module.checkpoint_tokens``, the ``transducer-greedy`` decoder's) emits on the checkpoint's
+    frames: the in-graph loop is checked against the decoder it repeats."""
     import numpy as np
 
     audio = verification_audio()
-    expected = module.logits(audio)["logits"].numpy()
-    exported = ExportedModel(folder).logits(audio)
-    if exported.shape != expected.shape:
-        raise ExportError(f"the export gives logits of shape {exported.shape}, the checkpoint "
+    exported = ExportedModel(folder)
+    if exported.is_transducer:
+        what, tolerance = "encoder frames", export_transducer.VERIFY_TOLERANCE
+        expected, got = module.encode(audio)["frames"].numpy(), exported.encode(audio)
+    else:
+        what, tolerance = "logits", VERIFY_TOLERANCE
+        expected, got = module.logits(audio)["logits"].numpy(), exported.logits(audio)
+    if got.shape != expected.shape:
+        raise ExportError(f"the export gives {what} of shape {got.shape}, the checkpoint "
                           f"{expected.shape}")
-    difference = float(np.max(np.abs(exported - expected))) if expected.size else 0.0
-    if not math.isfinite(difference) or difference > VERIFY_TOLERANCE:
-        raise ExportError(f"the export's logits differ from the checkpoint's by {difference:.3g} "
-                          f"(more than {VERIFY_TOLERANCE})")
+    difference = float(np.max(np.abs(got - expected))) if expected.size else 0.0
+    if not math.isfinite(difference) or difference > tolerance:
+        raise ExportError(f"the export's {what} differ from the checkpoint's by "
+                          f"{difference:.3g} (more than {tolerance})")
+    if exported.is_transducer:
+        labels, frames = exported.transcribe_tokens(audio)
+        emitted = list(zip(labels.tolist(), frames.tolist(), strict=True))
+        if emitted != module.checkpoint_tokens(expected):
+            raise ExportError("the export's greedy search emits other labels than the "
+                              "checkpoint's transducer-greedy decoder on the same audio")
     return difference
 
 
@@ -429,7 +461,11 @@ def tflite_interpreter(path: str | Path, num_threads: int | None = None) -> Any:
 class ExportedModel:
     """An export read back: ``logits(audio)`` and ``transcribe(audio)`` on float32 audio in
     [-1, 1] at 16 kHz, whichever the format; ``metadata`` is its ``asrkit.json`` and ``labels``
-    what its classes mean (from ``labels`` in it, or the ``alphabet`` of older exports)."""
+    what its classes mean (from ``labels`` in it, or the ``alphabet`` of older exports).
+
+    A transducer export (:attr:`is_transducer`) has no logits: ``encode(audio)`` gives its
+    encoder frames, ``transcribe(audio)`` its text and ``transcribe_tokens(audio)`` the labels
+    of its in-graph greedy search with the frame of each."""
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
@@ -466,7 +502,24 @@ class ExportedModel:
                 if marker is not None:
                     self.metadata["labels"] = {"symbols": symbols, "blank": len(symbols),
                                                "word_marker": marker.numpy().decode()}
+                objective = getattr(self._loaded, "objective", None)  # transducer exports
+                if objective is not None:
+                    self.metadata["objective"] = objective.numpy().decode()
+                    self.metadata["max_symbols"] = int(self._loaded.max_symbols.numpy())
         self.labels: Labels = self._labels(folder)
+
+    @property
+    def is_transducer(self) -> bool:
+        """Whether the export holds a transducer's encoder and greedy search (``objective`` in
+        ``asrkit.json``; exports without it are CTC's)."""
+        return self.metadata.get("objective", "ctc") == "transducer"
+
+    def _require(self, transducer: bool, method: str) -> None:
+        if self.is_transducer != transducer:
+            what = ("a transducer export: it has no logits (encode gives its encoder frames, "
+                    "transcribe its labels)" if self.is_transducer else
+                    "a CTC export: it has logits, no encoder frames or label frames")
+            raise ExportError(f"{self.path} is {what}; {method}() cannot read it")
 
     def _labels(self, folder: Path) -> Labels:
         if "alphabet" not in self.metadata and "labels" not in self.metadata:
@@ -489,7 +542,24 @@ class ExportedModel:
         return {key: value.numpy() for key, value in outputs.items()}
 
     def logits(self, audio: np.ndarray) -> np.ndarray:
+        """A CTC export's logits ``[frames', classes]`` (the blank last)."""
+        self._require(False, "logits")
         return self._run("logits", audio)["logits"]
+
+    def encode(self, audio: np.ndarray) -> np.ndarray:
+        """A transducer export's encoder frames ``[frames', joint_dim]``."""
+        self._require(True, "encode")
+        return self._run("encode", audio)["frames"]
+
+    def transcribe_tokens(self, audio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A transducer export's in-graph greedy search: the labels it emits (int32 ``[n]``)
+        and the output frame each was emitted at (int32 ``[n]``), which word times read."""
+        import numpy as np
+
+        self._require(True, "transcribe_tokens")
+        out = self._run("transcribe", audio)
+        return (np.asarray(out["labels"], np.int32).reshape(-1),
+                np.asarray(out["frames"], np.int32).reshape(-1))
 
     def transcribe(self, audio: np.ndarray) -> str:
         """The export's own in-graph greedy transcription (TFLite has no string join: its

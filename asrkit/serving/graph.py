@@ -1,21 +1,29 @@
 """The one graph from audio to logits, in-graph from raw PCM: what transcription with a run's
 checkpoint (:mod:`asrkit.serving.transcribe`) and every export (:mod:`asrkit.serving.export`,
-SavedModel and TFLite; :mod:`asrkit.serving.export_onnx`) compute, so that they cannot drift
-apart."""
+SavedModel and TFLite; :mod:`asrkit.serving.export_onnx`; a transducer's,
+:mod:`asrkit.serving.export_transducer`) compute, so that they cannot drift apart; and the
+in-graph pieces those exports share: greedy CTC labels, the text of the emitted symbols, and the
+variables that let a SavedModel be read without its ``asrkit.json``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
-from asrkit.core.frames import check_sample_rate
+from asrkit.core.frames import SAMPLE_RATE, check_sample_rate, frame_seconds
+from asrkit.core.text import Alphabet
 from asrkit.features import context_windows
 
 if TYPE_CHECKING:
     import keras
     import tensorflow as tf
 
+    from asrkit.core.labels import Labels
     from asrkit.runs.run import Run
+
+#: int16 PCM to [-1, 1): the scale the training pipeline uses (``asrkit.dataset.shards.parse``);
+#: the ``*_int16`` signatures divide by it in the graph.
+PCM_SCALE = 32768.0
 
 
 def make_logits_fn(run: Run, model: keras.Model) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -24,7 +32,8 @@ def make_logits_fn(run: Run, model: keras.Model) -> Callable[[tf.Tensor], tf.Ten
     The one definition of "audio to logits" that the checkpoint (:mod:`asrkit.serving.transcribe`)
     and every export use, so they cannot drift apart: features as the training pipeline computes
     them (one utterance, per-utterance normalisation, the pipeline's context windows), then the
-    model.
+    model. For a transducer run the model's output is the encoder's frames ``[frames',
+    joint_dim]``, which the same function gives.
     """
     import tensorflow as tf
 
@@ -53,3 +62,41 @@ def greedy_labels(logits: tf.Tensor, blank: int) -> tf.Tensor:
     previous = tf.concat([tf.constant([-1], tf.int32), best[:-1]], axis=0)
     keep = tf.logical_and(tf.not_equal(best, previous), tf.not_equal(best, blank))
     return tf.boolean_mask(best, keep)
+
+
+def joins_symbols(labels: Labels) -> TypeGuard[Alphabet]:
+    """Whether ``labels``' text is its symbols joined as they are (characters): no word marker
+    to turn into spaces, no spaces to collapse."""
+    return isinstance(labels, Alphabet)
+
+
+def text_of(characters: tf.Tensor, labels: Labels) -> tf.Tensor:
+    """The text of the greedy path's symbols ``characters`` (string ``[n]``), in the graph: for
+    characters the symbols joined; for subword pieces the words, as ``labels.decode`` gives them
+    (marker -> space, spaces collapsed, the ends stripped)."""
+    import re
+
+    import tensorflow as tf
+
+    joined = tf.strings.reduce_join(characters)
+    if joins_symbols(labels):
+        return joined
+    spaced = tf.strings.regex_replace(joined, re.escape(labels.word_marker), " ")
+    return tf.strings.strip(tf.strings.regex_replace(spaced, r"\s+", " "))
+
+
+def describe_module(module: tf.Module, run: Run) -> None:
+    """Give an export's ``tf.Module`` the variables that make it readable without asrkit:
+    ``alphabet`` (the symbols, pieces too), ``word_marker``, ``frame_seconds`` and
+    ``sample_rate`` (``loaded.alphabet.numpy()`` ...), and ``_symbols``, the constant its
+    ``transcribe`` gathers the emitted labels' symbols from."""
+    import tensorflow as tf
+
+    labels = run.labels
+    module.alphabet = tf.Variable(list(labels.symbols), trainable=False, name="alphabet")
+    module.word_marker = tf.Variable(labels.word_marker, trainable=False, name="word_marker")
+    module.frame_seconds = tf.Variable(
+        frame_seconds(run.feature_config, run.spec, run.model_config), trainable=False,
+        dtype=tf.float32, name="frame_seconds")
+    module.sample_rate = tf.Variable(SAMPLE_RATE, trainable=False, name="sample_rate")
+    module._symbols = tf.constant(list(labels.symbols))

@@ -17,6 +17,9 @@ Models
     export of :mod:`asrkit.serving.export` (a SavedModel folder, a TFLite export folder or
     ``.tflite`` file). Both compute audio -> logits with the same graph
     (:func:`asrkit.serving.graph.make_logits_fn`), so a run and its export transcribe alike.
+    A transducer run's export holds its greedy search too
+    (:mod:`asrkit.serving.export_transducer`): it is decoded by that search, which emits what
+    the run's ``transducer-greedy`` decoder emits, each label at its frame.
 
 Long recordings
     A bidirectional model reads a whole utterance at once, and memory and latency grow with it,
@@ -73,6 +76,7 @@ from asrkit.plugins import one_line
 from asrkit.runs.run import load_run
 from asrkit.serving.audio_stream import AudioStream, measure_audio
 from asrkit.serving.export import ExportedModel, is_export
+from asrkit.serving.export_transducer import DECODER as TRANSDUCER_GREEDY
 from asrkit.serving.graph import make_logits_fn
 from asrkit.types import Decoder, Objective
 
@@ -212,6 +216,20 @@ class Recognizer(ABC):
         CTC logits themselves, or them with the objective's networks (a transducer's)."""
         return outputs
 
+    def check_decoder(self, decoder: Decoder) -> None:
+        """One line when ``decoder`` cannot decode this model's outputs (said before any audio
+        is read)."""
+        check_decodes(self.objective or CTCObjective(), decoder.name)
+
+    def words(self, audio: np.ndarray, decoder: Decoder, offset: float) -> list[Word]:
+        """One window's words, timed from ``offset`` seconds: the model's output of ``audio``
+        decoded by ``decoder`` (:func:`window_words`)."""
+        import numpy as np
+
+        logits = self.logits(audio)
+        return window_words(logits, decoder, self.labels, offset, self.frame_seconds,
+                            self.decoder_inputs(logits[np.newaxis]))
+
 
 class CheckpointRecognizer(Recognizer):
     """A run's model restored from its ``best`` checkpoint (``latest`` when there is no best
@@ -242,7 +260,13 @@ class CheckpointRecognizer(Recognizer):
 
 
 class ExportRecognizer(Recognizer):
-    """An exported SavedModel or TFLite model (:class:`asrkit.serving.export.ExportedModel`)."""
+    """An exported SavedModel, TFLite or ONNX model
+    (:class:`asrkit.serving.export.ExportedModel`).
+
+    A CTC export's logits are decoded by any CTC decoder. A transducer export holds its own
+    greedy search, with its ``max_symbols``, and no networks asrkit's decoders could call: it
+    is decoded by that search alone (its ``transcribe``), as the ``transducer-greedy``
+    decoder; another decoder, or other settings, is refused in one line."""
 
     def __init__(self, path: str | Path) -> None:
         self._export = ExportedModel(path)
@@ -251,9 +275,36 @@ class ExportRecognizer(Recognizer):
         self.frame_seconds = float(meta["frame_seconds"])
         self.default_decoder = meta.get("decoder", "greedy")
         self.name = f"{path} ({self._export.format}, {meta.get('model', 'unknown model')})"
+        if self._export.is_transducer:
+            self.default_decoder = TRANSDUCER_GREEDY
+            self.default_decoder_config = {"max_symbols": int(meta["max_symbols"])}
 
     def logits(self, audio: np.ndarray) -> np.ndarray:
+        """A CTC export's logits, or a transducer export's encoder frames."""
+        if self._export.is_transducer:
+            return self._export.encode(audio)
         return self._export.logits(audio)
+
+    def check_decoder(self, decoder: Decoder) -> None:
+        if not self._export.is_transducer:
+            super().check_decoder(decoder)
+            return
+        if decoder.name != TRANSDUCER_GREEDY:
+            raise AsrkitError(f"{self._export.path} is a transducer export, decoded by its own "
+                              f"greedy search ({TRANSDUCER_GREEDY}), not by the {decoder.name} "
+                              "decoder: transcribe with the run folder to use another")
+        wanted = self.default_decoder_config["max_symbols"]
+        if getattr(decoder.config, "max_symbols", wanted) != wanted:
+            raise AsrkitError(f"{self._export.path} searches with max_symbols={wanted}, fixed "
+                              "when it was exported: export the run again with another")
+
+    def words(self, audio: np.ndarray, decoder: Decoder, offset: float) -> list[Word]:
+        if not self._export.is_transducer:
+            return super().words(audio, decoder, offset)
+        labels, frames = self._export.transcribe_tokens(audio)
+        tokens = [Token(int(label), int(frame), int(frame))
+                  for label, frame in zip(labels, frames, strict=True)]
+        return words_from_tokens(tokens, None, self.labels, offset, self.frame_seconds)
 
 
 def load_recognizer(path: str | Path, checkpoint: str = "best") -> Recognizer:
@@ -278,7 +329,7 @@ def resolve_decoder(choice: DecoderChoice, recognizer: Recognizer) -> tuple[Deco
         warning = f"the model's decoder {default!r} is not installed; using greedy"
         default, config = "greedy", None
     decoder = choose_decoder(choice, default, config)
-    check_decodes(recognizer.objective or CTCObjective(), decoder.name)
+    recognizer.check_decoder(decoder)
     return decoder, warning
 
 
@@ -723,11 +774,8 @@ def _transcribe_windows(pieces: Iterable[tuple[Window, np.ndarray]], count: int,
             audio = piece.astype(np.float32) / PCM_SCALE
         else:
             audio = piece.astype(np.float32)
-        logits = recognizer.logits(audio)
         windows.append(window)
-        found.append(window_words(logits, decoder, recognizer.labels,
-                                  window.start / SAMPLE_RATE, recognizer.frame_seconds,
-                                  recognizer.decoder_inputs(logits[np.newaxis])))
+        found.append(recognizer.words(audio, decoder, window.start / SAMPLE_RATE))
         if on_window is not None:
             on_window(number, count)
     duration = total / SAMPLE_RATE
