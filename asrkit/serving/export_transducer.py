@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from asrkit.config.decoding import decoder_settings
 from asrkit.core.errors import AsrkitError
-from asrkit.decoders.transducer import GreedyConfig, Token, greedy_search
+from asrkit.decoders.transducer import Token, TransducerGreedyConfig, greedy_search
 from asrkit.serving.graph import PCM_SCALE, describe_module, make_logits_fn, text_of
 from asrkit.types import Objective
 
@@ -76,7 +76,7 @@ def max_symbols_of(run: Run) -> int:
     default."""
     if run.train.decoder == DECODER:
         return int(decoder_settings(DECODER, base=run.config.decoder).max_symbols)
-    return GreedyConfig().max_symbols
+    return TransducerGreedyConfig().max_symbols
 
 
 def greedy_tokens(head: Any, frames: tf.Tensor, max_symbols: int) -> tuple[tf.Tensor, tf.Tensor]:
