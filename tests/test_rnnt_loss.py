@@ -3,9 +3,11 @@ over every alignment, on tiny batches) and an independent float64 forward-backwa
 ones); padding changes nothing; the fused, gathered and chunked forms agree; bfloat16 logits give
 a float32 loss; and it runs in a ``tf.function`` with dynamic shapes, under XLA and on towers.
 
-The references are numpy, written from the definition: no RNN-T package on PyPI runs beside
-TensorFlow 2.16+ without PyTorch (``rnnt`` pins TensorFlow 2.0; ``warprnnt-numba``,
-``optimized-transducer`` and ``fast-rnnt`` need PyTorch; ``last-asr`` needs JAX and Flax)."""
+The references here are numpy, written from the definition. ``tests/test_rnnt_reference.py``
+compares the loss with a published implementation too, torchaudio's, which needs PyTorch and so
+runs in an environment of its own (no RNN-T package on PyPI runs beside TensorFlow 2.16+ without
+PyTorch: ``rnnt`` pins TensorFlow 2.0; ``warprnnt-numba``, ``optimized-transducer`` and
+``fast-rnnt`` need PyTorch; ``last-asr`` needs JAX and Flax)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """``asrkit evaluate``: score a run's checkpoint on a split (:mod:`asrkit.evaluation.evaluate`),
+against another run's (``--compare``, :mod:`asrkit.evaluation.compare`),
 every checkpoint of a training as it is written (``--watch``, :mod:`asrkit.evaluation.watch`), or a
 grid of decoder settings to choose them on dev (``--grid``,
 :mod:`asrkit.evaluation.decoder_search`)."""
@@ -14,6 +15,7 @@ import click
 from asrkit.runs.run import CHECKPOINTS
 
 if TYPE_CHECKING:
+    from asrkit.evaluation.compare import Comparison
     from asrkit.evaluation.decoder_search import DecoderSearch
     from asrkit.runs.scoring import Evaluation
 
@@ -43,10 +45,14 @@ if TYPE_CHECKING:
               show_default=True, help="With --watch: keep the checkpoint best by this metric "
                                       "on the first split as RUN/watch/best-by-METRIC; with "
                                       "--grid: choose the settings by it (wer or cer).")
+@click.option("--compare", "other", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Also score this run on the split and test whether their WER and CER "
+                   "differ beyond chance (paired bootstrap).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, checkpoint: str,
                      json_file: Path | None, settings: tuple[str, ...], watch: bool,
-                     grid: tuple[str, ...], best_by: str, no_progress: bool) -> None:
+                     grid: tuple[str, ...], best_by: str, other: Path | None,
+                     no_progress: bool) -> None:
     """Corpus WER and CER of a trained run on a split, with best, median and worst samples."""
     from asrkit.config.overrides import parse_decoder_choice
     from asrkit.core.errors import AsrkitError
@@ -56,6 +62,9 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
     if watch and grid:
         raise AsrkitError("--watch scores checkpoints with one decoder; --grid searches "
                           "decoder settings on one checkpoint: give one of them")
+    if other is not None and (watch or grid):
+        raise AsrkitError("--compare scores two runs' checkpoints once: not with --watch or "
+                          "--grid")
     if watch:
         from asrkit.evaluation.watch import watch_run
 
@@ -74,10 +83,16 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
         _show(search, json_file)
         return
     evaluation = evaluate_run(run, split, choice, checkpoint, progress=not no_progress)
+    if other is not None:
+        from asrkit.evaluation.compare import compare
+
+        second = evaluate_run(other, split, choice, checkpoint, progress=not no_progress)
+        _show(compare((str(run), str(other)), evaluation, second), json_file)
+        return
     _show(evaluation, json_file)
 
 
-def _show(result: Evaluation | DecoderSearch, json_file: Path | None) -> None:
+def _show(result: Evaluation | DecoderSearch | Comparison, json_file: Path | None) -> None:
     """Print ``result``'s text, and write its JSON to ``json_file`` (``-``: print only it)."""
     if json_file is not None and str(json_file) == "-":
         click.echo(json.dumps(result.to_json(), indent=2))

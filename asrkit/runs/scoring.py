@@ -1,10 +1,10 @@
 """Scoring a model on a split: run it over the batches, decode, score, and report; what the
 dev evaluations of a training and ``asrkit evaluate`` share.
 
-The report lists corpus WER and CER (sums of edit distances over sums of reference lengths),
-the mean loss (the run's training objective's: CTC's by default), and the best, median and
-worst utterances with reference and hypothesis, as the Deep Speech notebook and DeepSpeech's
-reports did.
+The report lists corpus WER and CER (sums of edit distances over sums of reference lengths)
+with their bootstrap confidence intervals (:mod:`asrkit.core.bootstrap`), the mean loss (the
+run's training objective's: CTC's by default), and the best, median and worst utterances with
+reference and hypothesis, as the Deep Speech notebook and DeepSpeech's reports did.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
+from asrkit.core.bootstrap import LEVEL, SAMPLES, SEED, Interval
 from asrkit.core.labels import Labels
 from asrkit.core.metrics import Score, corpus_score, score
 from asrkit.core.settings import format_value, to_dict
@@ -54,6 +55,11 @@ class UtteranceResult:
     loss: float
     wer: float
     cer: float
+    #: The counts behind ``wer`` and ``cer``, which the bootstrap intervals resample.
+    word_errors: int = 0
+    words: int = 0
+    char_errors: int = 0
+    chars: int = 0
 
 
 @dataclass
@@ -77,6 +83,15 @@ class Evaluation:
     def cer(self) -> float:
         return self.total.cer
 
+    def intervals(self) -> dict[str, Interval]:
+        """The 95 % bootstrap confidence intervals of the WER and the CER
+        (:mod:`asrkit.core.bootstrap`: utterances resampled, a fixed seed)."""
+        from asrkit.core.bootstrap import rate_interval
+
+        rows = self.utterances
+        return {"wer": rate_interval([u.word_errors for u in rows], [u.words for u in rows]),
+                "cer": rate_interval([u.char_errors for u in rows], [u.chars for u in rows])}
+
     def samples(self, count: int = 3) -> dict[str, list[UtteranceResult]]:
         """Best, median and worst utterances by WER (then loss), as in DeepSpeech's report."""
         ranked = sorted(self.utterances, key=lambda u: (u.wer, u.loss))
@@ -89,11 +104,14 @@ class Evaluation:
             return {"id": u.id, "reference": u.reference, "hypothesis": u.hypothesis,
                     "loss": round(u.loss, 4), "wer": round(u.wer, 4), "cer": round(u.cer, 4)}
 
+        intervals = self.intervals()
         return {
             **({"checkpoint": self.checkpoint} if self.checkpoint else {}),
             "split": self.split, "decoder": self.decoder,
             "decoder_settings": self.decoder_settings, "utterances": len(self.utterances),
             "wer": self.wer, "cer": self.cer, "loss": self.loss,
+            "intervals": {"level": LEVEL, "samples": SAMPLES, "seed": SEED,
+                          **{k: v.to_json() for k, v in intervals.items()}},
             "word_errors": self.total.word_errors, "words": self.total.words,
             "char_errors": self.total.char_errors, "chars": self.total.chars,
             "samples": {k: [row(u) for u in v] for k, v in self.samples().items()},
@@ -101,9 +119,13 @@ class Evaluation:
         }
 
     def text(self) -> str:
+        intervals = self.intervals()
         lines = [f"{self.split}: {len(self.utterances)} utterances, WER {self.wer:.2%}, "
                  f"CER {self.cer:.2%}, loss {self.loss:.3f} ({self.decoder} decoder"
-                 + "".join(f", {k}={v}" for k, v in self.decoder_changed.items()) + ")"]
+                 + "".join(f", {k}={v}" for k, v in self.decoder_changed.items()) + ")",
+                 f"  {LEVEL:.0%} bootstrap interval: WER {intervals['wer'].low:.2%} to "
+                 f"{intervals['wer'].high:.2%}, CER {intervals['cer'].low:.2%} to "
+                 f"{intervals['cer'].high:.2%}"]
         if self.checkpoint:
             chosen = self.checkpoint.get("best_by")
             lines.insert(0, f"checkpoint: {self.checkpoint['kind']} "
@@ -186,7 +208,8 @@ def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Decoder, alphabet: 
         for uid, ref, hyp, loss in zip(out.ids, out.references, hypotheses, out.losses,
                                        strict=True):
             s = score(ref, hyp)
-            results.append(UtteranceResult(uid, ref, hyp, float(loss), s.wer, s.cer))
+            results.append(UtteranceResult(uid, ref, hyp, float(loss), s.wer, s.cer,
+                                           s.word_errors, s.words, s.char_errors, s.chars))
         bar.update(len(out.ids))
     bar.close()
     results.sort(key=lambda u: u.id)
