@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from asrkit.core.bootstrap import LEVEL, SAMPLES, SEED, Interval
+from asrkit.core.bootstrap import LEVEL, SAMPLES, SEED, Interval, rate_interval
 from asrkit.core.labels import Labels
 from asrkit.core.metrics import Score, corpus_score, score
 from asrkit.core.settings import format_value, to_dict
@@ -86,8 +86,6 @@ class Evaluation:
     def intervals(self) -> dict[str, Interval]:
         """The 95 % bootstrap confidence intervals of the WER and the CER
         (:mod:`asrkit.core.bootstrap`: utterances resampled, a fixed seed)."""
-        from asrkit.core.bootstrap import rate_interval
-
         rows = self.utterances
         return {"wer": rate_interval([u.word_errors for u in rows], [u.words for u in rows]),
                 "cer": rate_interval([u.char_errors for u in rows], [u.chars for u in rows])}
