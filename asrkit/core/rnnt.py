@@ -246,13 +246,13 @@ def rnnt_loss(logits: tf.Tensor, labels: tf.Tensor, logit_lengths: tf.Tensor,
     gradient. Padding, of the logits and of the labels, changes no loss and gets no gradient."""
     import tensorflow as tf
 
-    labels = _clamped_labels(labels, label_lengths, _blank_class(blank, logits))
+    labels = clamped_labels(labels, label_lengths, _blank_class(blank, logits))
     blank_logprobs, label_logprobs = gathered_logprobs(logits, labels, blank)
     return rnnt_loss_from_gathered(blank_logprobs, label_logprobs, logit_lengths,
                                    tf.cast(label_lengths, tf.int32))
 
 
-def _clamped_labels(labels: tf.Tensor, label_lengths: tf.Tensor, blank: tf.Tensor) -> tf.Tensor:
+def clamped_labels(labels: tf.Tensor, label_lengths: tf.Tensor, blank: tf.Tensor) -> tf.Tensor:
     """``labels`` with the padding made the blank: padding may be any number (-1 is common),
     and gathering a class that does not exist fails on a CPU."""
     import tensorflow as tf

@@ -38,7 +38,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from asrkit import hookimpl
 from asrkit.core.ctc import ctc_losses
-from asrkit.core.rnnt import gathered_logprobs, gathered_logprobs_in_chunks, rnnt_loss_from_gathered
+from asrkit.core.rnnt import (
+    clamped_labels,
+    gathered_logprobs,
+    gathered_logprobs_in_chunks,
+    rnnt_loss_from_gathered,
+)
 from asrkit.core.settings import setting
 from asrkit.decoders.transducer import TransducerOutputs
 from asrkit.types import Objective
@@ -238,8 +243,7 @@ class TransducerObjective(Objective):
         label_lengths = tf.cast(label_lengths, tf.int32)
         label_ids = tf.cast(label_ids, tf.int32)
         # The padding made the blank: any class gathers, and padding gets no gradient.
-        labels = tf.where(tf.sequence_mask(label_lengths, tf.shape(label_ids)[1]), label_ids,
-                          head.blank)
+        labels = clamped_labels(label_ids, label_lengths, head.blank)
         predicted = head.predict_labels(labels, training=training)
         frames = tf.cast(encoder_out, tf.float32)
         if config.frames_per_chunk:
