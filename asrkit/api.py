@@ -23,6 +23,7 @@ from asrkit.hookspecs import hookimpl
 # isort: split
 # -- Contracts (asrkit.types) ------------------------------------------------------------------
 from asrkit.types import (
+    CTC_LOGITS,
     DATASET_NAME,
     NAME_PATTERN,
     AcousticModel,
@@ -65,7 +66,13 @@ from asrkit.objectives.ctc import CTCObjective
 # isort: split
 # -- Training objectives: the transducer, its loss and what its decoders read -------------------
 from asrkit.core.rnnt import rnnt_loss
-from asrkit.decoders.transducer import TransducerBeamDecoder, TransducerNetworks, TransducerOutputs
+from asrkit.decoders.transducer import (
+    TRANSDUCER_OUTPUTS,
+    TransducerBeamConfig,
+    TransducerBeamDecoder,
+    TransducerNetworks,
+    TransducerOutputs,
+)
 from asrkit.objectives.transducer import TransducerObjective
 
 # isort: split
@@ -79,11 +86,13 @@ if TYPE_CHECKING:
     from asrkit.decoders.prefix import PrefixBeamSearch, log_softmax
 
 __all__ = [
+    "CTC_LOGITS",
     "DATASET_JSON",
     "DATASET_NAME",
     "NAME_PATTERN",
     "PIECE_MARKER",
     "SAMPLE_RATE",
+    "TRANSDUCER_OUTPUTS",
     "AcousticModel",
     "Alphabet",
     "AsrkitError",
@@ -109,6 +118,7 @@ __all__ = [
     "SettingInfo",
     "ShardRecord",
     "Tokenizer",
+    "TransducerBeamConfig",
     "TransducerBeamDecoder",
     "TransducerNetworks",
     "TransducerObjective",

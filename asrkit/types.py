@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 #: Names of registered objects: what a user types after ``asrkit import`` or ``--model``.
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
+#: What CTC decoders read and CTC objectives output: logits ``[batch, frames, labels + 1]``, the
+#: blank last (:attr:`Decoder.reads`, :attr:`Objective.outputs`).
+CTC_LOGITS = "ctc-logits"
+
 #: Dataset names (folder names under ``$ASRKIT_HOME/datasets``) and split names.
 DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9._+-]+")
@@ -217,9 +221,12 @@ class Decoder(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     Config: ClassVar[type] = NoSettings
-    #: Whether ``decode`` reads CTC logits (every decoder but those of another objective, such
-    #: as a transducer's, which an :class:`Objective` names in its ``decoders``).
-    reads_ctc_logits: ClassVar[bool] = True
+    #: What ``decode`` reads: CTC logits (:data:`CTC_LOGITS`, every CTC decoder's), or the
+    #: outputs of the objectives that declare these :attr:`Objective.outputs` (``"transducer"``:
+    #: :class:`asrkit.decoders.transducer.TransducerOutputs`, the frames with the run's
+    #: networks). A decoder decodes the runs of every objective whose outputs it reads, the
+    #: bundled ones and a plugin's alike (a transducer decoder with a language model).
+    reads: ClassVar[str] = CTC_LOGITS
 
     def __init__(self, config: Any = None) -> None:
         self.config = self.Config() if config is None else config
@@ -309,15 +316,17 @@ class Objective(ABC):
 
     **Decoding.** An objective whose model output *is* CTC logits (``[batch, frames, labels +
     1]``, the blank last: CTC and its variants, label smoothing, regularisers, auxiliary losses)
-    leaves ``decoders`` at ``None``: then its ``encoder_width`` must be ``labels.num_classes``,
-    and its runs are decoded, scored, transcribed and exported exactly as any run, by any of the
-    CTC decoders (``greedy``, ``beam``, a language model's). An objective whose outputs need
-    its head to be read (a transducer) names the decoders that read them in ``decoders`` (the
-    first is its runs' default) and hands them what they read with ``decoder_inputs(config,
-    head, encoder_out)``: the model's output of a batch (numpy) with the head, e.g.
-    :class:`asrkit.decoders.transducer.TransducerOutputs`. ``asrkit train``'s dev scoring,
-    ``evaluate``, ``evaluate --watch`` and ``transcribe`` decode such runs; ``export`` writes
-    the greedy search of an objective decoded by ``transducer-greedy`` into the graph
+    keeps ``outputs`` at :data:`CTC_LOGITS`: then its ``encoder_width`` must be
+    ``labels.num_classes``, and its runs are decoded, scored, transcribed and exported exactly
+    as any run, by any of the CTC decoders (``greedy``, ``beam``, a language model's). An
+    objective whose outputs need its head to be read (a transducer) names what they are in
+    ``outputs`` (``"transducer"``), its runs' decoder in ``default_decoder``, and hands the
+    decoders that read those outputs (:attr:`Decoder.reads`: the bundled ones and any plugin's)
+    what they read with ``decoder_inputs(config, head, encoder_out)``: the model's output of a
+    batch (numpy) with the head, e.g. :class:`asrkit.decoders.transducer.TransducerOutputs`.
+    ``asrkit train``'s dev scoring, ``evaluate``, ``evaluate --watch`` and ``transcribe``
+    decode such runs; ``export`` writes the greedy search of a ``"transducer"`` objective (its
+    head meets :class:`asrkit.decoders.transducer.TransducerNetworks`) into the graph
     (:mod:`asrkit.serving.export_transducer`) and refuses other such objectives in one line
     before any work (:mod:`asrkit.config.objectives`). The declaration is on the class, not
     found out by calling a method, so that refusals come before anything is built.
@@ -338,9 +347,12 @@ class Objective(ABC):
     #: A frozen dataclass of the objective's settings with their defaults (``NoSettings``: none),
     #: declared with :func:`asrkit.core.settings.setting`; ``-o objective.KEY=VALUE`` sets them.
     Config: ClassVar[type] = NoSettings
-    #: What decodes the objective's outputs: ``None`` when the model's output is CTC logits
-    #: (every registered decoder reads those), else the names of the decoders that do.
-    decoders: ClassVar[tuple[str, ...] | None] = None
+    #: What its runs' model outputs are, for the decoders (:attr:`Decoder.reads`):
+    #: :data:`CTC_LOGITS`, or the name of what :meth:`decoder_inputs` hands the decoders that
+    #: read it (``"transducer"``: :class:`asrkit.decoders.transducer.TransducerOutputs`).
+    outputs: ClassVar[str] = CTC_LOGITS
+    #: The decoder of its runs when none is named; it reads ``outputs``.
+    default_decoder: ClassVar[str] = "greedy"
     #: The objective's settings under each model preset (see the class docstring).
     presets: ClassVar[dict[str, dict[str, str]]] = {}
 
@@ -372,12 +384,12 @@ class Objective(ABC):
 
     @property
     def ctc_outputs(self) -> bool:
-        """Whether the model's output is CTC logits (``decoders`` is ``None``)."""
-        return self.decoders is None
+        """Whether the model's output is CTC logits."""
+        return self.outputs == CTC_LOGITS
 
-    def decodes_with(self, decoder: str) -> bool:
-        """Whether the decoder named ``decoder`` decodes this objective's outputs."""
-        return self.decoders is None or decoder in self.decoders
+    def decodes_with(self, decoder: Decoder) -> bool:
+        """Whether ``decoder`` reads this objective's outputs."""
+        return decoder.reads == self.outputs
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def test_ctc_is_todays_ctc():
     objective, labels = CTCObjective(), Alphabet()
     config = objective.Config()
     assert objective.encoder_width(config, labels) == labels.num_classes == 29
-    assert objective.build(config, 29, labels) is None and objective.decoders is None
+    assert objective.build(config, 29, labels) is None and objective.ctc_outputs
     batch = objective_batch(objective, config, labels)
     ours = objective.losses(config, None, batch["encoder_out"], batch["out_lengths"],
                             batch["label_ids"], batch["label_lengths"])
@@ -129,12 +129,23 @@ def test_a_ctc_width_other_than_the_labels_is_caught():
         check_encoder_width(Wide())
 
 
-def test_decoders_must_be_names():
-    class Named(Broken):
-        decoders = ("Not a name",)
+def test_outputs_and_the_default_decoder_must_be_names():
+    class Outputs(Broken):
+        outputs = "Not a name"
 
-    with pytest.raises(AssertionError, match="decoders must be None"):
-        check_objective_settings(Named())
+    class Default(Broken):
+        default_decoder = ""
+
+    class CTCWithAnotherDefault(Broken):
+        default_decoder = "transducer-greedy"
+
+    with pytest.raises(AssertionError, match="outputs must be a name"):
+        check_objective_settings(Outputs())
+    with pytest.raises(AssertionError, match="default_decoder must be a name"):
+        check_objective_settings(Default())
+    with pytest.raises(AssertionError, match="its outputs are CTC logits, whose runs are decoded "
+                                             "by greedy"):
+        check_objective_settings(CTCWithAnotherDefault())
 
 
 def test_negative_losses_are_caught():

@@ -119,7 +119,8 @@ class Transducerish(CTCObjective):
 
     name = "transducerish"
     description = "Not CTC logits."
-    decoders = ("transducerish-greedy",)
+    outputs = "transducerish"
+    default_decoder = "transducerish-greedy"
 
 
 class ObjectivePlugin:
@@ -178,17 +179,20 @@ def test_decoders_that_cannot_read_the_objectives_outputs_are_refused_before_any
     # Its runs' default decoder is its own first one (here, not installed).
     with pytest.raises(AsrkitError, match="no decoder named 'transducerish-greedy' is installed"):
         build_run_config({}, parse_overrides(["objective=transducerish"]))
-    with pytest.raises(AsrkitError, match="the transducerish objective's outputs are decoded by "
-                                          "transducerish-greedy, not by the greedy decoder"):
+    with pytest.raises(AsrkitError, match=r"the greedy decoder reads ctc-logits, not the "
+                                          r"transducerish objective's outputs \(transducerish\): "
+                                          r"no installed decoder reads them"):
         build_run_config({}, parse_overrides(["objective=transducerish", "decoder=greedy"]))
-    with pytest.raises(AsrkitError, match="the transducer-greedy decoder reads another "
-                                          "objective's outputs, not the CTC logits of the ctc"):
+    with pytest.raises(AsrkitError, match=r"the transducer-greedy decoder reads transducer, not "
+                                          r"the ctc objective's outputs \(ctc-logits\): choose one "
+                                          r"of beam, greedy"):
         build_run_config({}, parse_overrides(["decoder=transducer-greedy"]))
     config, _ = build_run_config({}, parse_overrides(["objective=transducer"]))
     assert config.train.decoder == "transducer-greedy"
     run = Run(tmp_path, RunConfig(TrainConfig(objective="transducerish"), BRNNConfig(),
                                   MFCCConfig(), PipelineConfig()), Alphabet())
-    with pytest.raises(AsrkitError, match="decoded by transducerish-greedy, not by the beam"):
+    with pytest.raises(AsrkitError, match="the beam decoder reads ctc-logits, not the "
+                                          "transducerish objective's outputs"):
         run.choose_decoder(DecoderChoice("beam"))
     with pytest.raises(AsrkitError, match=r"^asrkit export reads a model's outputs as CTC "
                                           r"logits, which the transducerish objective's are not"):

@@ -254,6 +254,16 @@ def test_a_conformer_transducer_trains_evaluates_and_transcribes(cli, tmp_path):
         assert report["decoder"] == decoder and report["utterances"] == 2
         assert np.isfinite(report["loss"])
 
+    # A plugin's transducer decoder (the kenlm plugin's, with a word model) is chosen as the
+    # bundled ones are: by what it reads.
+    lm = tmp_path / "lm.arpa"
+    built = cli(["lm", "build", "--dataset", "sample", "-o", lm])
+    assert built.exit_code == 0, built.stderr[-3000:]
+    fused = cli(["evaluate", run, "--split", "dev", "--decoder", "transducer-kenlm", "-o",
+                 f"decoder.lm={lm}", "--json", "-", "--no-progress"])
+    assert fused.exit_code == 0, fused.stderr[-3000:]
+    assert json.loads(fused.stdout)["decoder"] == "transducer-kenlm"
+
     clip = SPEECH / "ldc93s1" / "LDC93S1.wav"
     transcribed = cli(["transcribe", clip, "--model", run, "--json"])
     assert transcribed.exit_code == 0, transcribed.stderr[-3000:]
@@ -269,10 +279,15 @@ def test_a_conformer_transducer_trains_evaluates_and_transcribes(cli, tmp_path):
 
     for args, message in (
             (["evaluate", run, "--split", "dev", "--decoder", "greedy"],
-             "the transducer objective's outputs are decoded by transducer-greedy, "
-             "transducer-beam, not by the greedy decoder"),
+             "the greedy decoder reads ctc-logits, not the transducer objective's outputs "
+             "(transducer): choose one of transducer-beam, transducer-greedy"),
+            (["evaluate", run, "--split", "dev", "--decoder", "kenlm"],
+             "the kenlm decoder reads ctc-logits, not the transducer objective's outputs "
+             "(transducer): choose one of transducer-beam, transducer-greedy, transducer-kenlm"),
+            (["evaluate", run, "--split", "dev", "--decoder", "transducer-kenlm"],
+             "the transducer-kenlm decoder needs a language model: -o decoder.lm=PATH"),
             (["transcribe", clip, "--model", run, "--decoder", "beam"],
-             "not by the beam decoder"),
+             "the beam decoder reads ctc-logits, not the transducer objective's outputs"),
             (["export", run, "--format", "onnx", "--output", tmp_path / "export"],
              "asrkit export --format onnx: transducer runs export as savedmodel or tflite")):
         refused = cli(args)

@@ -18,7 +18,7 @@ from asrkit.config.overrides import DECODER_PREFIX, DecoderChoice
 from asrkit.core.errors import AsrkitError
 from asrkit.core.labels import Labels
 from asrkit.core.settings import apply, from_dict
-from asrkit.types import Decoder
+from asrkit.types import CTC_LOGITS, Decoder
 
 
 def decoder_settings(name: str, pairs: Iterable[tuple[str, Any]] = (),
@@ -54,10 +54,14 @@ def try_decoder(decoder: Decoder, labels: Labels) -> None:
     """Decode one blank frame with ``decoder``, so that what it needs and lacks (a language
     model file, a word-start symbol among the labels) stops a command at its start, not after an
     epoch. A decoder of another objective's outputs (a transducer's) needs the run's networks
-    to decode anything, and is taken as it is."""
+    to decode anything: its word scorer (``make_scorer``, a language model) is made instead,
+    which loads what it reads."""
     import numpy as np
 
-    if not decoder.reads_ctc_logits:
+    if decoder.reads != CTC_LOGITS:
+        make_scorer = getattr(decoder, "make_scorer", None)
+        if make_scorer is not None:
+            make_scorer(labels)
         return
     logits = np.zeros((1, 1, labels.num_classes), dtype=np.float32)
     logits[0, 0, labels.blank] = 10.0

@@ -40,24 +40,30 @@ def objective_settings(name: str, pairs: Iterable[tuple[str, Any]] = (),
     return apply(objective.Config() if base is None else base, pairs, OBJECTIVE_PREFIX)
 
 
+def readers(objective: Objective) -> list[str]:
+    """The installed decoders that read ``objective``'s outputs, by name."""
+    registry = plugins.get_plugins().registry
+    return [name for name in registry.names("decoder")
+            if objective.decodes_with(registry.get("decoder", name))]
+
+
 def check_decodes(objective: Objective, decoder: str) -> None:
-    """One line when the decoder named ``decoder`` cannot decode ``objective``'s outputs: one
-    the objective does not name, or one that reads another objective's outputs than CTC
-    logits (a transducer's decoders) for a CTC objective."""
-    if not objective.decodes_with(decoder):
-        names = ", ".join(objective.decoders or ())
-        raise AsrkitError(f"the {objective.name} objective's outputs are decoded by {names}, "
-                          f"not by the {decoder} decoder: choose one of those")
-    if objective.ctc_outputs and not plugins.get("decoder", decoder).reads_ctc_logits:
-        raise AsrkitError(f"the {decoder} decoder reads another objective's outputs, not the "
-                          f"CTC logits of the {objective.name} objective: choose greedy, beam "
-                          "or a language model's decoder")
+    """One line when the decoder named ``decoder`` cannot decode ``objective``'s outputs: it
+    reads others (CTC logits for a transducer run, a transducer's outputs for a CTC run)."""
+    found = plugins.get("decoder", decoder)
+    if not objective.decodes_with(found):
+        names = readers(objective)
+        choice = (f"choose one of {', '.join(names)}" if names else
+                  "no installed decoder reads them (install the objective's decoders)")
+        raise AsrkitError(f"the {decoder} decoder reads {found.reads}, not the "
+                          f"{objective.name} objective's outputs ({objective.outputs}): {choice}")
 
 
 def default_decoder(objective: Objective, decoder: str) -> str:
-    """``decoder``, or the objective's first decoder when it cannot decode its outputs: a
+    """``decoder``, or the objective's default decoder when it cannot decode its outputs: a
     transducer run's default decoder is the transducer's greedy search, not CTC's."""
-    return decoder if objective.decodes_with(decoder) else (objective.decoders or (decoder,))[0]
+    return (decoder if objective.decodes_with(plugins.get("decoder", decoder))
+            else objective.default_decoder)
 
 
 def require_ctc_outputs(objective: Objective, what: str) -> None:
@@ -66,5 +72,5 @@ def require_ctc_outputs(objective: Objective, what: str) -> None:
     if not objective.ctc_outputs:
         raise AsrkitError(f"{what} reads a model's outputs as CTC logits, which the "
                           f"{objective.name} objective's are not (they are decoded by "
-                          f"{', '.join(objective.decoders or ()) or 'no decoder'}, with its "
-                          "head); asrkit cannot do that for such runs yet")
+                          f"{', '.join(readers(objective)) or 'no installed decoder'}, with "
+                          "its head); asrkit cannot do that for such runs yet")

@@ -484,22 +484,24 @@ def describe(kind: type) -> list[SettingInfo]:
 
 def _field_comments(kind: type) -> dict[str, str]:
     """The ``#:`` comment lines right above each field of ``kind``'s source (Sphinx's
-    convention), joined; empty where the source cannot be read."""
-    try:
-        source = inspect.getsource(kind)
-    except (OSError, TypeError):
-        return {}
+    convention), joined, and of its bases' (a config extending another's inherits its fields'
+    docs; the nearest class's comment wins); empty where no source can be read."""
     comments: dict[str, str] = {}
-    pending: list[str] = []
-    for line in source.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#:"):
-            pending.append(stripped[2:].strip())
+    for cls in kind.__mro__:
+        try:
+            source = inspect.getsource(cls)
+        except (OSError, TypeError):
             continue
-        match = re.match(r"([A-Za-z_]\w*)\s*:", stripped)
-        if match and pending:
-            comments.setdefault(match.group(1), " ".join(pending))
-        pending = []
+        pending: list[str] = []
+        for line in source.splitlines():
+            stripped = line.strip()
+            if stripped.startswith("#:"):
+                pending.append(stripped[2:].strip())
+                continue
+            match = re.match(r"([A-Za-z_]\w*)\s*:", stripped)
+            if match and pending:
+                comments.setdefault(match.group(1), " ".join(pending))
+            pending = []
     return comments
 
 

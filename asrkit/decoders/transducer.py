@@ -18,8 +18,12 @@ can meet.
   modified beam search of k2 and icefall, with several labels a frame allowed. At
   ``beam_width=1`` it is exactly the greedy search. A word language model joins through the
   prefix search's :class:`~asrkit.decoders.scoring.WordScorer` (shallow fusion:
-  :meth:`TransducerBeamDecoder.make_scorer`), scoring a word when the next one starts and at
-  the end.
+  :meth:`TransducerBeamDecoder.make_scorer`; the kenlm plugin's ``transducer-kenlm``), scoring a
+  word when the next one starts and at the end, with the scorer's partial-word penalty while
+  the unfinished word is no prefix of a word it knows, as in the CTC prefix search.
+
+A decoder decodes the runs of every objective whose outputs it reads (:data:`TRANSDUCER_OUTPUTS`,
+:attr:`asrkit.types.Decoder.reads`): a plugin's transducer decoder is chosen as these are.
 
 Both give each label's frame (:meth:`TransducerDecoder.decode_tokens`), which word times read.
 """
@@ -27,6 +31,7 @@ Both give each label's frame (:meth:`TransducerDecoder.decode_tokens`), which wo
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,6 +47,11 @@ if TYPE_CHECKING:
 
     from asrkit.core.labels import Labels
     from asrkit.hookspecs import Register
+
+
+#: What the transducer decoders read (:attr:`asrkit.types.Decoder.reads`) and a transducer
+#: objective outputs (:attr:`asrkit.types.Objective.outputs`): :class:`TransducerOutputs`.
+TRANSDUCER_OUTPUTS = "transducer"
 
 
 class TransducerNetworks(Protocol):
@@ -155,7 +165,7 @@ def greedy_search(networks: TransducerNetworks, frames: np.ndarray, lengths: np.
 class TransducerDecoder(Decoder):
     """What the transducer decoders share: text from the labels each finds."""
 
-    reads_ctc_logits = False
+    reads = TRANSDUCER_OUTPUTS
 
     def decode(self, logits: Any, lengths: Any, labels: Labels) -> list[str]:
         return [labels.decode(token for token, _ in found)
@@ -204,10 +214,12 @@ class _Hyp:
     state: Any  # [state_size]
     lm_state: Any = None
     word: str = ""
+    #: The scorer's partial-word penalty while ``word`` fits no word it knows, else 0.
+    partial: float = 0.0
 
     @property
     def score(self) -> float:
-        return self.acoustic + self.lm
+        return self.acoustic + self.lm + self.partial
 
 
 class TransducerBeamDecoder(TransducerDecoder):
@@ -255,6 +267,9 @@ class TransducerBeamDecoder(TransducerDecoder):
         predicted, state = steps.predict(np.full(1, steps.blank), steps.initial_state(1))
         hyps = [_Hyp((), (), 0.0, 0.0, predicted[0], state[0],
                      scorer.start() if scorer else None)]
+        known = (word_prefixes(scorer.vocabulary)
+                 if scorer is not None and scorer.vocabulary is not None else None)
+        penalties: dict[str, np.ndarray] = {}  # unfinished word -> each label's penalty after
         for t in range(length):
             done: dict[tuple[int, ...], _Hyp] = {}
             active = hyps
@@ -267,18 +282,26 @@ class TransducerBeamDecoder(TransducerDecoder):
                 for row, hyp in enumerate(active):
                     _merge(done, _Hyp(hyp.tokens, hyp.frames,
                                       hyp.acoustic + float(logprobs[row, steps.blank]), hyp.lm,
-                                      hyp.predicted, hyp.state, hyp.lm_state, hyp.word))
+                                      hyp.predicted, hyp.state, hyp.lm_state, hyp.word,
+                                      hyp.partial))
                     if emitted == cap:
                         continue
                     scores = logprobs[row].copy()
                     scores[steps.blank] = -np.inf
+                    if scorer is not None and known is not None:  # with the partial penalty
+                        if hyp.word not in penalties:
+                            penalties[hyp.word] = self._partial_penalties(
+                                hyp.word, labels, scorer.partial_penalty, known)
+                        scores += penalties[hyp.word] - hyp.partial
                     for label in np.argsort(-scores)[:beam]:
                         label = int(label)
                         child = _Hyp((*hyp.tokens, label), (*hyp.frames, t),
-                                     hyp.acoustic + float(scores[label]), hyp.lm, hyp.predicted,
-                                     hyp.state, hyp.lm_state, hyp.word)
+                                     hyp.acoustic + float(logprobs[row, label]), hyp.lm,
+                                     hyp.predicted, hyp.state, hyp.lm_state, hyp.word,
+                                     hyp.partial)
                         if scorer is not None:
-                            self._read_symbol(child, labels.symbols[label], labels, scorer)
+                            self._read_symbol(child, labels.symbols[label], labels, scorer,
+                                              known)
                         candidates.append((child.score, child, row))
                 # The best of those that read the frame and of those that go on extending.
                 pool = sorted([(h.score, h, -1) for h in done.values()] + candidates,
@@ -308,17 +331,37 @@ class TransducerBeamDecoder(TransducerDecoder):
         return [child for child, _ in children]
 
     @staticmethod
-    def _read_symbol(hyp: _Hyp, symbol: str, labels: Labels, scorer: WordScorer) -> None:
+    def _read_symbol(hyp: _Hyp, symbol: str, labels: Labels, scorer: WordScorer,
+                     known: frozenset[str] | None) -> None:
         """Score the word ``symbol`` finishes (a symbol starting with the word marker starts
-        the next one), with the language model."""
+        the next one), with the language model; the unfinished word pays the scorer's
+        ``partial_penalty`` while it is no prefix of the ``known`` prefixes of its words."""
         marker = getattr(labels, "word_marker", " ")
         if not symbol.startswith(marker):
             hyp.word += symbol
-            return
-        if hyp.word:
-            score, hyp.lm_state = scorer.score_word(hyp.lm_state, hyp.word)
-            hyp.lm += score
-        hyp.word = symbol[len(marker):]
+        else:
+            if hyp.word:
+                score, hyp.lm_state = scorer.score_word(hyp.lm_state, hyp.word)
+                hyp.lm += score
+            hyp.word = symbol[len(marker):]
+        fits = known is None or not hyp.word or hyp.word in known
+        hyp.partial = 0.0 if fits else scorer.partial_penalty
+
+    @staticmethod
+    def _partial_penalties(word: str, labels: Labels, penalty: float,
+                           known: frozenset[str]) -> np.ndarray:
+        """The partial-word penalty after each label follows the unfinished ``word``: the
+        labels that extend a hypothesis are chosen by their acoustic score with it, so that a
+        likelier non-word ("k" before "at") does not take the place of a word ("c")."""
+        import numpy as np
+
+        marker = getattr(labels, "word_marker", " ")
+        after = np.zeros(labels.num_classes)
+        for label, symbol in enumerate(labels.symbols):
+            spelt = symbol[len(marker):] if symbol.startswith(marker) else word + symbol
+            if spelt and spelt not in known:
+                after[label] = penalty
+        return after
 
     @staticmethod
     def _finish(hyp: _Hyp, scorer: WordScorer) -> _Hyp:
@@ -326,8 +369,17 @@ class TransducerBeamDecoder(TransducerDecoder):
             score, hyp.lm_state = scorer.score_word(hyp.lm_state, hyp.word)
             hyp.lm += score
             hyp.word = ""
+        hyp.partial = 0.0
         hyp.lm += scorer.score_end(hyp.lm_state)
         return hyp
+
+
+@functools.lru_cache(maxsize=4)
+def word_prefixes(vocabulary: frozenset[str]) -> frozenset[str]:
+    """Every prefix of every word of ``vocabulary`` (the words too): what an unfinished word
+    may be without paying the partial-word penalty. Kept for the few vocabularies a process
+    decodes with (a frozenset hashes once)."""
+    return frozenset(word[:end] for word in vocabulary for end in range(1, len(word) + 1))
 
 
 def _merge(done: dict[tuple[int, ...], _Hyp], hyp: _Hyp) -> None:

@@ -2,7 +2,7 @@
 transcription, export and averaging start from.
 
 What reads the model's outputs as CTC logits reads the model alone (:func:`restore_model`), and
-refuses a run whose training objective's are not (:attr:`asrkit.types.Objective.decoders`) in
+refuses a run whose training objective's are not (:attr:`asrkit.types.Objective.outputs`) in
 one line, before anything loads; evaluation, transcription and a transducer run's export read
 the model and the objective's head (:func:`restore_networks`).
 """

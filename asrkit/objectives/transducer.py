@@ -45,7 +45,7 @@ from asrkit.core.rnnt import (
     rnnt_loss_from_gathered,
 )
 from asrkit.core.settings import setting
-from asrkit.decoders.transducer import TransducerOutputs
+from asrkit.decoders.transducer import TRANSDUCER_OUTPUTS, TransducerOutputs
 from asrkit.types import Objective
 
 if TYPE_CHECKING:
@@ -219,7 +219,8 @@ class TransducerObjective(Objective):
     description = ("RNN transducer (RNN-T): prediction and joint networks on the encoder, "
                    "the exact RNN-T loss; streams.")
     Config = TransducerConfig
-    decoders = ("transducer-greedy", "transducer-beam")
+    outputs = TRANSDUCER_OUTPUTS
+    default_decoder = "transducer-greedy"
     #: The prediction and joint networks' sizes where each model preset applies: ``full`` is
     #: the Conformer-Transducer small configuration's (320 units, one LSTM layer).
     presets: ClassVar[dict[str, dict[str, str]]] = {

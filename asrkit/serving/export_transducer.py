@@ -35,7 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from asrkit.config.decoding import decoder_settings
 from asrkit.core.errors import AsrkitError
-from asrkit.decoders.transducer import Token, TransducerGreedyConfig, greedy_search
+from asrkit.decoders.transducer import (
+    TRANSDUCER_OUTPUTS,
+    Token,
+    TransducerGreedyConfig,
+    greedy_search,
+)
 from asrkit.serving.graph import PCM_SCALE, describe_module, make_logits_fn, text_of
 from asrkit.types import Objective
 
@@ -58,9 +63,9 @@ VERIFY_TOLERANCE = 1e-4
 
 def exports_as_transducer(objective: Objective) -> bool:
     """Whether ``objective``'s runs export with the transducer's greedy search in the graph:
-    those whose outputs the ``transducer-greedy`` decoder reads (their head meets
+    those whose outputs the transducer decoders read (their head meets
     :class:`~asrkit.decoders.transducer.TransducerNetworks`)."""
-    return not objective.ctc_outputs and objective.decodes_with(DECODER)
+    return objective.outputs == TRANSDUCER_OUTPUTS
 
 
 def check_format(fmt: str) -> None:

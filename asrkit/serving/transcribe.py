@@ -78,7 +78,7 @@ from asrkit.serving.audio_stream import AudioStream, measure_audio
 from asrkit.serving.export import ExportedModel, is_export
 from asrkit.serving.export_transducer import DECODER as TRANSDUCER_GREEDY
 from asrkit.serving.graph import make_logits_fn
-from asrkit.types import Decoder, Objective
+from asrkit.types import CTC_LOGITS, Decoder, Objective
 
 if TYPE_CHECKING:
     import numpy as np
@@ -632,7 +632,7 @@ def window_words(logits: np.ndarray, decoder: Decoder, labels: Labels, offset: f
     emitted it (``decode_tokens``), without a confidence."""
     import numpy as np
 
-    if not decoder.reads_ctc_logits:
+    if decoder.reads != CTC_LOGITS:
         decode_tokens = getattr(decoder, "decode_tokens", None)
         if decode_tokens is None:  # times unknown
             text = decoder.decode(inputs, np.array([len(logits)]), labels)[0]

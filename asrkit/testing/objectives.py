@@ -9,11 +9,13 @@ author's tests (and asrkit's own)::
 
 :func:`check_objective` runs them all; each is also a function of its own:
 
-- :func:`check_objective_settings`: ``name``, ``description`` and ``decoders`` are well formed,
+- :func:`check_objective_settings`: ``name``, ``description``, ``outputs`` and
+  ``default_decoder`` are well formed,
   ``Config`` is a frozen dataclass whose every setting has a default and reads back from the
   way the command line writes it (``-o objective.KEY=VALUE``);
 - :func:`check_encoder_width`: a positive int; ``labels.num_classes`` for an objective whose
-  outputs are CTC logits (``decoders`` is ``None``), since every decoder reads them as such;
+  outputs are CTC logits (``outputs`` is ``CTC_LOGITS``), since every CTC decoder reads them
+  as such;
 - :func:`check_head`: ``build`` returns ``None`` or a ``keras.Model`` with its variables
   created, every one of which a checkpoint saves;
 - :func:`check_losses`: on a small random batch, losses of shape ``[batch]``, float32, finite
@@ -79,11 +81,15 @@ def check_objective_settings(objective: Objective) -> None:
     if not isinstance(getattr(objective, "description", None), str):
         raise AssertionError(f"{name}: description must be a string (one line for "
                              "`asrkit plugins`)")
-    decoders = objective.decoders
-    if decoders is not None and not (isinstance(decoders, tuple) and decoders and all(
-            isinstance(d, str) and NAME_PATTERN.match(d) for d in decoders)):
-        raise AssertionError(f"{name}: decoders must be None (CTC logits) or a non-empty tuple "
-                             f"of decoder names, not {decoders!r}")
+    for attribute in ("outputs", "default_decoder"):
+        value = getattr(objective, attribute, None)
+        if not isinstance(value, str) or not NAME_PATTERN.match(value):
+            raise AssertionError(f"{name}: {attribute} must be a name (lower-case letters, "
+                                 f"digits, - and _), not {value!r}")
+    if objective.ctc_outputs and objective.default_decoder != "greedy":
+        raise AssertionError(f"{name}: its outputs are CTC logits, whose runs are decoded by "
+                             f"greedy unless the user names another, not by "
+                             f"{objective.default_decoder!r}")
     kind: Any = objective.Config
     if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
         raise AssertionError(f"{name}: Config must be a dataclass, not {kind!r}")
@@ -108,7 +114,7 @@ def check_encoder_width(objective: Objective, config: Any = None,
         raise AssertionError(f"{objective.name}: encoder_width is {width!r}, not a positive int")
     if objective.ctc_outputs and width != labels.num_classes:
         raise AssertionError(
-            f"{objective.name}: its outputs are CTC logits (decoders is None), which are "
+            f"{objective.name}: its outputs are CTC logits (outputs is CTC_LOGITS), which are "
             f"labels.num_classes = {labels.num_classes} wide, but encoder_width is {width}")
     return width
 

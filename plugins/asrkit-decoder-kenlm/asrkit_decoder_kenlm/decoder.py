@@ -38,8 +38,9 @@ CACHE_ENTRIES = 500_000
 
 
 @dataclass(frozen=True)
-class KenLMConfig:
-    """Settings of the ``kenlm`` decoder (``-o decoder.NAME=VALUE`` on the command line)."""
+class LanguageModelConfig:
+    """The language model and its weights: the settings the ``kenlm`` and ``transducer-kenlm``
+    decoders share (``-o decoder.NAME=VALUE`` on the command line)."""
 
     #: The language model: an ARPA file (e.g. from ``asrkit lm build``) or a KenLM binary.
     lm: str = ""
@@ -56,6 +57,12 @@ class KenLMConfig:
     #: Treat the utterance as a sentence: score the first word after ``<s>`` and end with
     #: ``</s>``. False: the utterance is a fragment of running text.
     sentence_boundaries: bool = True
+
+
+@dataclass(frozen=True)
+class KenLMConfig(LanguageModelConfig):
+    """Settings of the ``kenlm`` decoder: the language model's, and the CTC prefix search's."""
+
     #: Prefixes kept after each frame.
     beam_width: int = setting(100, min=1, max=10_000)
     #: As for ``beam``: labels below this log-probability in a frame extend no prefix.
@@ -73,12 +80,12 @@ _MODELS: dict[str, Any] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def load_model(path: str) -> Any:
+def load_model(path: str, decoder: str = "kenlm") -> Any:
     """The KenLM model at ``path``, loaded once per process (decoders share it: a configured
-    copy of a decoder does not load the file again)."""
+    copy of a decoder does not load the file again); ``decoder`` names the decoder in errors."""
     if not path:
         raise AsrkitError(
-            "the kenlm decoder needs a language model: -o decoder.lm=PATH (build one with "
+            f"the {decoder} decoder needs a language model: -o decoder.lm=PATH (build one with "
             "`asrkit lm build`)"
         )
     resolved = str(Path(path).expanduser().resolve())
@@ -89,7 +96,7 @@ def load_model(path: str) -> Any:
                 import kenlm
             except ImportError as error:
                 raise AsrkitError(
-                    "the kenlm decoder needs the kenlm package: pip install kenlm"
+                    f"the {decoder} decoder needs the kenlm package: pip install kenlm"
                 ) from error
             if not Path(resolved).is_file():
                 raise AsrkitError(f"no language model at {path}")
@@ -110,7 +117,7 @@ def _is_arpa(path: str) -> bool:
     return head.startswith(b"\\data\\")
 
 
-def load_vocabulary(config: KenLMConfig) -> frozenset[str] | None:
+def load_vocabulary(config: LanguageModelConfig) -> frozenset[str] | None:
     """The words for the unfinished-word check: ``unigrams``, else the ARPA file's unigrams."""
     from asrkit_decoder_kenlm.arpa import BOS, EOS, UNK, read_unigrams
 
@@ -123,7 +130,7 @@ def load_vocabulary(config: KenLMConfig) -> frozenset[str] | None:
     return frozenset(w for w in words if w not in (BOS, EOS, UNK))
 
 
-def make_scorer(config: KenLMConfig) -> Any:
+def make_scorer(config: LanguageModelConfig, decoder: str = "kenlm") -> Any:
     """A :class:`~asrkit.api.WordScorer` over the configured KenLM model."""
     import kenlm
 
@@ -131,7 +138,7 @@ def make_scorer(config: KenLMConfig) -> Any:
         """Weighted KenLM word scores, cached per (state, word): beams share histories."""
 
         def __init__(self) -> None:
-            self.model = load_model(config.lm)
+            self.model = load_model(config.lm, decoder)
             self.vocabulary = load_vocabulary(config)
             self.partial_penalty = config.unk_offset
             # alpha >= 0, log P <= 0 and unk_offset <= 0: no word scores more than beta, and
