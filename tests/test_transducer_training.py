@@ -25,6 +25,9 @@ TRANSDUCER = ["--model", "conformer", "-o", "preset=tiny", "-o", "objective=tran
 
 
 def test_accumulation_and_towers_make_the_update_of_the_larger_batch():
+    """The brnn of tests/scripts/tiny_brnn_batch.py with a small transducer (an LSTM prediction
+    network, the auxiliary CTC loss on), clipped: its head's weights must move as the encoder's
+    do. (It found the one device's step clipping by a wrong norm: the next test.)"""
     check_one_update_of_the_larger_batch("transducer")
 
 
