@@ -18,18 +18,24 @@ def home(datasets, monkeypatch):
     return datasets
 
 
-def test_accumulated_update_equals_the_larger_batch_on_one_device_and_on_towers():
-    """With clipping on: micro-batches of equal and of unequal sizes, on one device and on two
-    CPU towers, against one step of the whole batch on one device."""
+def check_one_update_of_the_larger_batch(objective: str = "ctc") -> None:
+    """tests/scripts/accumulate.py for ``objective``, with clipping on: micro-batches of equal
+    and of unequal sizes, on one device and on two CPU towers, against one step of the whole
+    batch on one device, must change every weight (the model's and the objective's head's) as
+    that step does, to float32 rounding."""
     script = Path(__file__).parent / "scripts" / "accumulate.py"
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            check=False, timeout=300)
+    result = subprocess.run([sys.executable, str(script), objective], capture_output=True,
+                            text=True, check=False, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     update = figures.pop("max_update")
     assert update > 1e-3  # the update really changed the weights
     for case, difference in figures.items():
         assert difference < 1e-5 * update, (case, figures)
+
+
+def test_accumulated_update_equals_the_larger_batch_on_one_device_and_on_towers():
+    check_one_update_of_the_larger_batch("ctc")
 
 
 def test_a_run_counts_updates_and_applies_an_epochs_last_micro_batches(home, asrkit_cli,

@@ -1,12 +1,16 @@
 """One accumulated update of micro-batches against one step on the whole batch, on one device
 and on two CPU "towers", with gradient clipping on.
 
+    python accumulate.py [OBJECTIVE]     # ctc (the default) or transducer: tiny_brnn_batch.py
+
 Run as a script (logical devices must be configured before TensorFlow starts). Prints, for each
-case, the largest absolute difference between the weights after the accumulated update and after
-the one big step, and the size of the update itself.
+case, the largest absolute difference between the weights (the model's and the objective's
+head's) after the accumulated update and after the one big step, and the size of the update
+itself.
 """
 
 import json
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -15,12 +19,15 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 from comparison import largest_difference, linear_optimizer  # noqa: E402
-from tiny_brnn_batch import batch, config, initial, spec  # noqa: E402
+from tiny_brnn_batch import OBJECTIVES, batch, config, networks, spec, weights  # noqa: E402
 
 from asrkit.train.accumulate import AccumulatingStep  # noqa: E402
+from asrkit.train.checkpoints import trainable_variables  # noqa: E402
 from asrkit.train.step import make_train_step  # noqa: E402
 
 LEARNING_RATE, CLIP_NORM = 1.0, 0.5  # a norm the gradient exceeds
+NAME = sys.argv[1] if len(sys.argv) > 1 else "ctc"
+objective, settings = OBJECTIVES[NAME]
 
 
 def part(start: int, stop: int) -> dict:
@@ -38,26 +45,28 @@ def weights_after(devices: list[str], micro_batches: list[dict] | None) -> list[
         STRATEGIES[tuple(devices)] = tf.distribute.MirroredStrategy(devices)
     strategy = STRATEGIES[tuple(devices)]
     with strategy.scope():
-        model = spec.build(config, 26, 29)
-        model.set_weights(initial)
+        model, head = networks(NAME)
         optimizer = linear_optimizer(LEARNING_RATE, CLIP_NORM)
-        optimizer.build(model.trainable_variables)
+        optimizer.build(trainable_variables(model, head))
+    bound = {"objective": objective, "objective_config": settings, "head": head}
     if micro_batches is None:
-        step = make_train_step(strategy, model, optimizer, spec, config, clip_norm=CLIP_NORM)
+        step = make_train_step(strategy, model, optimizer, spec, config, clip_norm=CLIP_NORM,
+                               **bound)
         parts = [batch]
     else:
         step = AccumulatingStep(strategy, model, optimizer, spec, config, len(micro_batches),
-                                clip_norm=CLIP_NORM)
+                                clip_norm=CLIP_NORM, **bound)
         parts = micro_batches
     for data in parts:
         for distributed in strategy.experimental_distribute_dataset(
                 tf.data.Dataset.from_tensors(data)):
             step(distributed)
     assert int(optimizer.iterations.numpy()) == 1, "one update, not one a micro-batch"
-    return model.get_weights()
+    return weights(model, head)
 
 
 whole = weights_after(["/cpu:0"], None)
+initial = weights(*networks(NAME))
 cases = {
     "one_device_2x2": weights_after(["/cpu:0"], [part(0, 2), part(2, 4)]),
     "one_device_3_and_1": weights_after(["/cpu:0"], [part(0, 3), part(3, 4)]),
@@ -67,5 +76,5 @@ cases = {
 }
 print(json.dumps({
     "max_update": largest_difference(whole, initial),
-    **{name: largest_difference(weights, whole) for name, weights in cases.items()},
+    **{name: largest_difference(found, whole) for name, found in cases.items()},
 }))
