@@ -13,8 +13,8 @@ Memory
     arithmetic. The path is the same as with the full table (same ties).
 
 Time
-    Frames x states steps, each vectorised over the states (twice, with the recomputation):
-    about two seconds for five minutes of speech.
+    Frames x states steps, each vectorised over the states, twice (the recomputation): 23 s on
+    one core for a quarter of an hour of speech (22,500 frames of 40 ms, 13,500 characters).
 """
 
 from __future__ import annotations
