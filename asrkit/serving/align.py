@@ -54,7 +54,8 @@ from typing import TYPE_CHECKING
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.labels import LabelError
-from asrkit.core.text import normalize, quote
+from asrkit.core.text import decode_text, normalize, quote
+from asrkit.decoders.prefix import log_softmax
 from asrkit.plugins import one_line
 from asrkit.serving.transcribe import (
     DEFAULT_CHUNK_SECONDS,
@@ -200,8 +201,6 @@ def recording_frames(recording: Recording, recognizer: Recognizer,
     """Each window's core frames, concatenated (module docstring)."""
     import numpy as np
 
-    from asrkit.decoders.prefix import log_softmax
-
     step = recognizer.frame_seconds
     kept: list[np.ndarray] = []
     times: list[np.ndarray] = []
@@ -344,8 +343,6 @@ class Pair:
 def read_pairs(listing: Path) -> list[Pair]:
     """A TSV of ``audio<TAB>transcript`` lines (audio paths relative to the list's folder; empty
     lines and lines starting with ``#`` skipped); one line naming a malformed line."""
-    from asrkit.core.text import decode_text
-
     pairs = []
     text = decode_text(listing.read_bytes(), listing.name)
     for number, line in enumerate(text.splitlines(), 1):

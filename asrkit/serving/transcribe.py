@@ -71,6 +71,7 @@ from asrkit.config.overrides import DecoderChoice
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
 from asrkit.dataset.audio import SOX_TYPES, AudioError, decode
+from asrkit.decoders.prefix import log_softmax
 from asrkit.evaluation.restore import restore_networks
 from asrkit.objectives.ctc import CTCObjective
 from asrkit.plugins import one_line
@@ -563,8 +564,6 @@ def window_words(logits: np.ndarray, decoder: Decoder, labels: Labels, offset: f
         found = decode_tokens(inputs, np.array([len(logits)]), labels)[0]
         return words_from_tokens([Token(label, frame, frame) for label, frame in found], None,
                                  labels, offset, frame_seconds)
-    from asrkit.decoders.prefix import log_softmax
-
     log_probs = log_softmax(logits)
     greedy = greedy_tokens(logits, labels.blank)
     text = decoder.decode(logits[np.newaxis], np.array([len(logits)]), labels)[0]
