@@ -112,7 +112,7 @@ def speak_word(word: str, voice: str, speed: int, pitch: int, folder: Path) -> n
 
 def build(texts: list[str], seconds: float, word_gap: tuple[float, float],
           utterance_gap: tuple[float, float], rng: random.Random, folder: Path) -> Recording:
-    """Utterances of ``texts`` (drawn in turn) until ``seconds`` long, words joined by known
+    """Utterances of ``texts`` (drawn at random) until ``seconds`` long, words joined by known
     gaps of digital silence."""
     pieces: list[np.ndarray] = []
     truth: list[Truth] = []
@@ -191,7 +191,7 @@ def bad_input_lines(recognizer: Any, recording: Recording, other: Recording) -> 
 
     out: dict[str, Any] = {}
     text = " ".join(recording.utterances)
-    _, out["unspellable"] = attempt(text.replace(" the ", " the 42% ", 1) + " café ½")
+    _, out["unspellable"] = attempt("42% " + text + " café ½")
     _, out["mismatch"] = attempt(" ".join(other.utterances))
     third = len(recording.utterances) // 3
     middle = set(range(third, 2 * third))
