@@ -22,19 +22,17 @@ import numpy as np
 import pytest
 
 from asrkit.core.text import Alphabet
+from asrkit.decoders.prefix import log_softmax
 from asrkit.serving.transcribe import (
     Recognizer,
-    Token,
     Window,
     Word,
-    ctc_align,
-    greedy_tokens,
-    log_softmax,
     plan_windows,
     quietest_point,
     stitch,
     transcribe_samples,
 )
+from asrkit.serving.viterbi import Token, ctc_align, greedy_tokens
 from asrkit.testing.models import make_tiny_run
 from asrkit.types import Decoder
 from tests.conftest import SPEECH

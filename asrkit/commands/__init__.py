@@ -1,5 +1,5 @@
 """asrkit's commands, one module each: ``train``, ``evaluate``, ``average``, ``transcribe``,
-``export``, ``describe``, ``tokenizer``, ``unlock`` (registered here through the
+``align``, ``export``, ``describe``, ``tokenizer``, ``unlock`` (registered here through the
 ``register_commands`` hook from asrkit's own entry point, like any plugin's commands), and
 ``plugins`` and ``import`` (the core of the command line, which :mod:`asrkit.cli` adds itself
 so that no plugin can replace them).
@@ -13,6 +13,7 @@ from __future__ import annotations
 import click
 
 from asrkit import hookimpl
+from asrkit.commands.align import align_command
 from asrkit.commands.average import average_command
 from asrkit.commands.describe import describe_command
 from asrkit.commands.evaluate import evaluate_command
@@ -26,5 +27,6 @@ from asrkit.commands.unlock import unlock_command
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     for command in (train_command, evaluate_command, average_command, transcribe_command,
-                    export_command, describe_command, tokenizer_group, unlock_command):
+                    align_command, export_command, describe_command, tokenizer_group,
+                    unlock_command):
         cli.add_command(command)

@@ -59,17 +59,19 @@ import os
 import stat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asrkit import plugins
 from asrkit.config.decoding import choose_decoder
-from asrkit.config.objectives import check_decodes
+from asrkit.config.objectives import check_decodes, require_ctc_outputs
 from asrkit.config.overrides import DecoderChoice
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
 from asrkit.dataset.audio import SOX_TYPES, AudioError, decode
+from asrkit.decoders.prefix import log_softmax
 from asrkit.evaluation.restore import restore_networks
 from asrkit.objectives.ctc import CTCObjective
 from asrkit.plugins import one_line
@@ -78,6 +80,14 @@ from asrkit.serving.audio_stream import AudioStream, measure_audio
 from asrkit.serving.export import ExportedModel, is_export
 from asrkit.serving.export_transducer import DECODER as TRANSDUCER_GREEDY
 from asrkit.serving.graph import make_logits_fn
+from asrkit.serving.viterbi import (
+    Token,
+    ctc_align,
+    geometric_mean,
+    greedy_tokens,
+    token_probability,
+    word_tokens,
+)
 from asrkit.types import CTC_LOGITS, Decoder, Objective
 
 if TYPE_CHECKING:
@@ -91,12 +101,12 @@ if TYPE_CHECKING:
 DEFAULT_CHUNK_SECONDS = 20.0
 DEFAULT_OVERLAP_SECONDS = 2.0
 #: Longest core and overlap ``transcribe`` accepts. A decoder whose text is not the greedy path
-#: (beam search, a language model) has it aligned by :func:`ctc_align`, which keeps a byte per
+#: (beam search, a language model) has it aligned by :func:`ctc_align`, which takes a step per
 #: output frame and alignment state: frames x (2 x characters + 1), the square of a window's
-#: length (about 3000 x seconds² bytes at 10 ms frames and 15 characters a second of speech),
-#: and takes as long. 300 s (windows of 6 minutes at most) is 0.3 GB and seconds a window; an
-#: hour would be 39 GB. A conformer's attention grows with the square too; and no model is
-#: trained on utterances of minutes, so longer windows add cost, not context.
+#: length (about 3000 x seconds² steps at 10 ms frames and 15 characters a second of speech).
+#: 300 s (windows of 6 minutes at most) is seconds a window; an hour would be many minutes. A
+#: conformer's attention grows with the square too; and no model is trained on utterances of
+#: minutes, so longer windows add cost, not context.
 MAX_CHUNK_SECONDS = 300.0
 #: ... an overlap need only be longer than a word.
 MAX_OVERLAP_SECONDS = 30.0
@@ -177,16 +187,6 @@ class Window:
     core_end: int
 
 
-@dataclass(frozen=True)
-class Token:
-    """One emitted label (a character or a subword piece) of a CTC alignment: its label and
-    first/last output frame."""
-
-    label: int
-    first: int
-    last: int
-
-
 # -- models -------------------------------------------------------------------------------------
 
 
@@ -220,6 +220,10 @@ class Recognizer(ABC):
         """One line when ``decoder`` cannot decode this model's outputs (said before any audio
         is read)."""
         check_decodes(self.objective or CTCObjective(), decoder.name)
+
+    def check_ctc(self, what: str) -> None:
+        """One line when this model's outputs are not CTC logits, which ``what`` reads."""
+        require_ctc_outputs(self.objective or CTCObjective(), what)
 
     def words(self, audio: np.ndarray, decoder: Decoder, offset: float) -> list[Word]:
         """One window's words, timed from ``offset`` seconds: the model's output of ``audio``
@@ -284,6 +288,11 @@ class ExportRecognizer(Recognizer):
         if self._export.is_transducer:
             return self._export.encode(audio)
         return self._export.logits(audio)
+
+    def check_ctc(self, what: str) -> None:
+        if self._export.is_transducer:
+            raise AsrkitError(f"{what} reads a model's outputs as CTC logits; "
+                              f"{self._export.path} is a transducer export, which has none")
 
     def check_decoder(self, decoder: Decoder) -> None:
         if not self._export.is_transducer:
@@ -505,72 +514,6 @@ def stream_windows(buffer: SampleBuffer, cuts: Cuts,
 # -- alignment ----------------------------------------------------------------------------------
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    import numpy as np
-
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-
-
-def greedy_tokens(logits: np.ndarray, blank: int) -> list[Token]:
-    """The greedy path's characters: runs of the same most likely class, blanks dropped (the
-    text of these tokens is exactly what the ``greedy`` decoder outputs)."""
-    import numpy as np
-
-    if len(logits) == 0:
-        return []
-    best = np.argmax(logits, axis=-1)
-    starts = np.flatnonzero(np.concatenate([[True], best[1:] != best[:-1]]))
-    ends = np.concatenate([starts[1:] - 1, [len(best) - 1]])
-    return [Token(int(best[s]), int(s), int(e)) for s, e in zip(starts, ends, strict=True)
-            if best[s] != blank]
-
-
-def ctc_align(log_probs: np.ndarray, labels: Sequence[int], blank: int) -> list[Token] | None:
-    """The most likely CTC path that spells ``labels`` (Viterbi forced alignment), as tokens;
-    ``None`` when no path can (more characters than frames allow)."""
-    import numpy as np
-
-    if not labels:
-        return []
-    frames = len(log_probs)
-    states = 2 * len(labels) + 1
-    extended = np.full(states, blank)
-    extended[1::2] = labels
-    # A path may skip the blank between two different characters, never between equal ones.
-    can_skip = np.zeros(states, bool)
-    can_skip[3::2] = extended[3::2] != extended[1:-2:2]
-    score = np.full(states, -np.inf)
-    score[0] = log_probs[0, blank]
-    if states > 1:
-        score[1] = log_probs[0, extended[1]]
-    back = np.zeros((frames, states), np.int8)
-    minus_inf = np.full(2, -np.inf)
-    for t in range(1, frames):
-        stay = score
-        advance = np.concatenate([minus_inf[:1], score[:-1]])
-        skip = np.where(can_skip, np.concatenate([minus_inf, score[:-2]]), -np.inf)
-        candidates = np.stack([stay, advance, skip])
-        choice = np.argmax(candidates, axis=0)
-        back[t] = choice
-        score = candidates[choice, np.arange(states)] + log_probs[t, extended]
-    final = states - 1 if score[-1] >= score[-2] else states - 2
-    if not np.isfinite(score[final]):
-        return None
-    path = np.empty(frames, np.int64)
-    state = final
-    for t in range(frames - 1, -1, -1):
-        path[t] = state
-        state -= int(back[t, state])
-    tokens = []
-    for index, label in enumerate(labels):
-        where = np.flatnonzero(path == 2 * index + 1)
-        if len(where) == 0:
-            return None
-        tokens.append(Token(int(label), int(where[0]), int(where[-1])))
-    return tokens
-
-
 def words_from_tokens(tokens: Sequence[Token], log_probs: np.ndarray | None, labels: Labels,
                       offset: float, frame_seconds: float) -> list[Word]:
     """Words with times (``offset`` + frames x frame seconds) and confidence: the geometric mean
@@ -581,34 +524,15 @@ def words_from_tokens(tokens: Sequence[Token], log_probs: np.ndarray | None, lab
     (``labels.starts_word``) ends the word before it; its body (``"▁the"``: "the") begins the
     next one, and an empty body (the space among characters) is a pure separator. A word's text
     is the body of its first token and the symbols of the others."""
-    import numpy as np
-
-    words: list[Word] = []
-    current: list[Token] = []
-
-    def flush() -> None:
-        if not current:
-            return
-        text = "".join(labels.body(t.label) for t in current)
+    words = []
+    for group in word_tokens(tokens, labels):
+        text = "".join(labels.body(t.label) for t in group)
         confidence = None
         if log_probs is not None:
-            characters = [float(np.exp(log_probs[t.first:t.last + 1, t.label]).mean())
-                          for t in current]
-            confidence = math.exp(sum(math.log(max(c, 1e-30)) for c in characters)
-                                  / len(characters))
-        start = offset + current[0].first * frame_seconds
-        end = offset + (current[-1].last + 1) * frame_seconds
+            confidence = geometric_mean([token_probability(log_probs, t) for t in group])
+        start = offset + group[0].first * frame_seconds
+        end = offset + (group[-1].last + 1) * frame_seconds
         words.append(Word(text, start, end, confidence))
-        current.clear()
-
-    for token in tokens:
-        if labels.starts_word(token.label):
-            flush()
-            if labels.body(token.label):
-                current.append(token)
-        else:
-            current.append(token)
-    flush()
     return words
 
 
@@ -640,7 +564,7 @@ def window_words(logits: np.ndarray, decoder: Decoder, labels: Labels, offset: f
         found = decode_tokens(inputs, np.array([len(logits)]), labels)[0]
         return words_from_tokens([Token(label, frame, frame) for label, frame in found], None,
                                  labels, offset, frame_seconds)
-    log_probs = log_softmax(np.asarray(logits, np.float64))
+    log_probs = log_softmax(logits)
     greedy = greedy_tokens(logits, labels.blank)
     text = decoder.decode(logits[np.newaxis], np.array([len(logits)]), labels)[0]
     tokens: list[Token] | None = greedy
@@ -701,6 +625,50 @@ def stitch(windows: Sequence[Window], words: Sequence[Sequence[Word]], overlap_s
 # -- recordings ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Recording:
+    """A recording of ``total`` samples as ``count`` windows, each with its samples, read as
+    they are needed (:func:`read_windows`)."""
+
+    total: int
+    count: int
+    pieces: Iterable[tuple[Window, np.ndarray]]
+
+
+def samples_windows(samples: np.ndarray, chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+                    overlap_seconds: float = DEFAULT_OVERLAP_SECONDS) -> Recording:
+    """Samples in memory as windows (:func:`plan_windows`)."""
+    windows = plan_windows(samples, chunk_seconds, overlap_seconds)
+    return Recording(len(samples), len(windows),
+                     ((window, samples[window.start:window.end]) for window in windows))
+
+
+@contextmanager
+def read_windows(path: Path, chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+                 overlap_seconds: float = DEFAULT_OVERLAP_SECONDS) -> Iterator[Recording]:
+    """A file of any format and length as windows, holding one window of it at a time: the
+    windows :func:`samples_windows` gives of its decoded samples.
+
+    A file that fits in one window is read once; a longer one is read once to count its
+    samples, then again window by window. A path that is not a regular file (a pipe) can be
+    read only once, so it is decoded whole (:func:`load_audio`). Error messages do not repeat
+    the path: the caller prefixes it."""
+    check_window_seconds(chunk_seconds, overlap_seconds)
+    if not _is_regular_file(path):
+        yield samples_windows(load_audio(path), chunk_seconds, overlap_seconds)
+        return
+    measured = measure_audio(path, single_window_samples(chunk_seconds, overlap_seconds))
+    if measured.samples == 0:
+        raise AudioError("the file holds no audio")
+    if measured.kept is not None:
+        yield samples_windows(measured.kept, chunk_seconds, overlap_seconds)
+        return
+    cuts = plan_cuts(measured.samples, chunk_seconds, overlap_seconds)
+    with AudioStream(path, measured.decoder) as blocks:
+        yield Recording(measured.samples, len(cuts.nominal) + 1,
+                        stream_windows(SampleBuffer(blocks, measured.samples), cuts))
+
+
 def transcribe_samples(samples: np.ndarray, recognizer: Recognizer, decoder: Decoder,
                        chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
                        overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
@@ -710,38 +678,20 @@ def transcribe_samples(samples: np.ndarray, recognizer: Recognizer, decoder: Dec
 
     ``on_window(done, total)`` is called after each window (progress bars)."""
     check_window_seconds(chunk_seconds, overlap_seconds)
-    windows = plan_windows(samples, chunk_seconds, overlap_seconds)
-    pieces = ((window, samples[window.start:window.end]) for window in windows)
-    return _transcribe_windows(pieces, len(windows), len(samples), recognizer, decoder,
-                               overlap_seconds, on_window, path)
+    recording = samples_windows(samples, chunk_seconds, overlap_seconds)
+    return _transcribe_windows(recording, recognizer, decoder, overlap_seconds, on_window, path)
 
 
 def transcribe_file(path: Path, recognizer: Recognizer, decoder: Decoder,
                     chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
                     overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
                     on_window: Callable[[int, int], None] | None = None) -> Transcript:
-    """Transcribe a file of any format and length, holding one window of it at a time: the
-    same transcript as :func:`transcribe_samples` of its decoded samples.
-
-    A file that fits in one window is read once; a longer one is read once to count its
-    samples, then again window by window. A path that is not a regular file (a pipe) can be
-    read only once, so it is decoded whole (:func:`load_audio`). Error messages do not repeat
-    the path: the caller prefixes it."""
-    check_window_seconds(chunk_seconds, overlap_seconds)
-    if not _is_regular_file(path):
-        return transcribe_samples(load_audio(path), recognizer, decoder, chunk_seconds,
-                                  overlap_seconds, on_window, str(path))
-    measured = measure_audio(path, single_window_samples(chunk_seconds, overlap_seconds))
-    if measured.samples == 0:
-        raise AudioError("the file holds no audio")
-    if measured.kept is not None:
-        return transcribe_samples(measured.kept, recognizer, decoder, chunk_seconds,
-                                  overlap_seconds, on_window, str(path))
-    cuts = plan_cuts(measured.samples, chunk_seconds, overlap_seconds)
-    with AudioStream(path, measured.decoder) as blocks:
-        pieces = stream_windows(SampleBuffer(blocks, measured.samples), cuts)
-        return _transcribe_windows(pieces, len(cuts.nominal) + 1, measured.samples, recognizer,
-                                   decoder, overlap_seconds, on_window, str(path))
+    """Transcribe a file of any format and length, holding one window of it at a time
+    (:func:`read_windows`): the same transcript as :func:`transcribe_samples` of its decoded
+    samples. Error messages do not repeat the path: the caller prefixes it."""
+    with read_windows(path, chunk_seconds, overlap_seconds) as recording:
+        return _transcribe_windows(recording, recognizer, decoder, overlap_seconds, on_window,
+                                   str(path))
 
 
 def _is_regular_file(path: Path) -> bool:
@@ -759,29 +709,31 @@ def _is_regular_file(path: Path) -> bool:
     return True
 
 
-def _transcribe_windows(pieces: Iterable[tuple[Window, np.ndarray]], count: int, total: int,
-                        recognizer: Recognizer, decoder: Decoder, overlap_seconds: float,
-                        on_window: Callable[[int, int], None] | None,
+def _transcribe_windows(recording: Recording, recognizer: Recognizer, decoder: Decoder,
+                        overlap_seconds: float, on_window: Callable[[int, int], None] | None,
                         path: str) -> Transcript:
-    """Decode ``count`` windows of a recording of ``total`` samples as they come, then stitch
-    their words: only the words are kept, never more than one window's samples."""
-    import numpy as np
-
+    """Decode a recording's windows as they come, then stitch their words: only the words are
+    kept, never more than one window's samples."""
     windows: list[Window] = []
     found: list[list[Word]] = []
-    for number, (window, piece) in enumerate(pieces, 1):
-        if piece.dtype == np.int16:
-            audio = piece.astype(np.float32) / PCM_SCALE
-        else:
-            audio = piece.astype(np.float32)
+    for number, (window, piece) in enumerate(recording.pieces, 1):
         windows.append(window)
-        found.append(recognizer.words(audio, decoder, window.start / SAMPLE_RATE))
+        found.append(recognizer.words(as_float(piece), decoder, window.start / SAMPLE_RATE))
         if on_window is not None:
-            on_window(number, count)
-    duration = total / SAMPLE_RATE
+            on_window(number, recording.count)
+    duration = recording.total / SAMPLE_RATE
     words = [_clip(w, duration) for w in stitch(windows, found, overlap_seconds)]
     return Transcript(path, duration, words, len(windows), recognizer.name,
                       getattr(decoder, "name", ""))
+
+
+def as_float(samples: np.ndarray) -> np.ndarray:
+    """int16 PCM, or floats, as the float32 in [-1, 1) a model reads."""
+    import numpy as np
+
+    if samples.dtype == np.int16:
+        return samples.astype(np.float32) / PCM_SCALE
+    return samples.astype(np.float32)
 
 
 def _clip(word: Word, duration: float) -> Word:
