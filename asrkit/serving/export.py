@@ -369,6 +369,8 @@ def _write_tflite(run: Run, model: keras.Model, folder: Path, head: Any = None,
                                                    calibration or [])
             else:
                 flatbuffer = converter.convert()
+            if quantization == "int8":
+                flatbuffer = quantize.float_front_end(flatbuffer)
         except Exception as error:  # the converter raises its own ConverterError subclasses
             raise ExportError(
                 f"{run.spec.name} cannot be converted to TFLite with built-in operations only: "

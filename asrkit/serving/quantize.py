@@ -4,9 +4,10 @@ tflite --quantize MODE``.
 Modes (:data:`MODES`):
 
 ``none``     float32 throughout (the default; verified to match the checkpoint within 1e-3).
-``int8``     dynamic-range quantisation: weights stored as int8 (a quarter of float32's bytes),
-             activations float; the kernels that can (fully connected, convolutions) quantise
-             their inputs on the fly. No data needed.
+``int8``     dynamic-range quantisation: the model's weights stored as int8 (a quarter of
+             float32's bytes), activations float; the kernels that can (fully connected,
+             convolutions) quantise their inputs on the fly. The feature front end stays
+             float32 (see below). No data needed.
 ``float16``  weights stored as float16 (half the bytes), computed in float32.
 ``full``     integer quantisation calibrated on a representative dataset: up to
              :data:`REPRESENTATIVE_UTTERANCES` utterances of the run's training split, drawn with
@@ -29,8 +30,8 @@ What ``full`` does not quantise, on purpose or because TFLite cannot:
 So ``full`` is integer quantisation with float fallback, not an integer-only model (which an
 integer accelerator would need): the export's ``asrkit.json`` counts the int8 and float32
 operations under ``quantization`` (:func:`operation_counts`) so that nobody has to guess.
-Dynamic-range ``int8`` quantises every large constant, the mel filterbank too (the converter has
-no per-operation exclusion for it); its accuracy is measured in docs/benchmarks.md.
+Dynamic-range ``int8`` keeps the front end float32 too (:func:`float_front_end`): its kernels
+would quantise the power spectrum to 8 bits on the fly.
 
 A transducer run's export takes ``int8`` and ``float16`` (the same converter settings); ``full``
 is refused in one line: calibrating the in-graph greedy search's loop has not been done.
@@ -67,11 +68,13 @@ MAX_SECONDS = 15.0
 FLOAT_OPS = ("REVERSE_SEQUENCE",)
 #: What each mode stores, for ``asrkit.json``.
 DESCRIPTIONS = {
-    "int8": {"weights": "int8", "activations": "float32 (quantised on the fly by the kernels "
-                                               "that can)", "inputs_outputs": "float32"},
+    "int8": {"weights": "int8 (the feature front end's float32)",
+             "activations": "float32 (quantised on the fly by the kernels that can)",
+             "inputs_outputs": "float32"},
     "float16": {"weights": "float16", "activations": "float32", "inputs_outputs": "float32"},
-    "full": {"weights": "int8", "activations": "int8, with float32 fallback (feature front end, "
-                                               "operations without int8 kernels)",
+    "full": {"weights": "int8 (the feature front end's float32)",
+             "activations": "int8, with float32 fallback (feature front end, operations "
+                            "without int8 kernels)",
              "inputs_outputs": "float32 (int16 PCM for the *_int16 signatures)"},
 }
 
@@ -162,6 +165,53 @@ def convert_full(converter: tf.lite.TFLiteConverter, signatures: list[str],
         denylisted_nodes=front_end_nodes(calibrated)))
 
 
+def float_front_end(flatbuffer: bytes) -> bytes:
+    """``flatbuffer`` (dynamic-range ``int8``) with the feature front end's int8 weights made
+    float32 again (dequantised: the mel filterbank, at 127 levels a filter).
+
+    A dynamic-range kernel quantises its *input* to int8 on the fly, one scale a frame; the
+    mel filterbank's input is a power spectrum spanning more orders of magnitude than 8 bits
+    hold, so most of its bins become 0 and the log-mel features of quiet bands collapse to the
+    log's floor (``ds2`` lost 6.6 points of CER so). The converter quantises every large
+    constant and cannot leave one out, so it is done here, on the converted model: the front
+    end's operations (:func:`front_end_nodes`) get float32 weights and run float32 kernels."""
+    import numpy as np
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model, front = _model(flatbuffer), set(front_end_nodes(flatbuffer))
+    done: set[int] = set()
+    for graph in model.subgraphs:
+        for op in graph.operators:
+            if not {graph.tensors[i].name.decode() for i in op.outputs if i >= 0} & front:
+                continue
+            for tensor in (graph.tensors[i] for i in op.inputs if i >= 0):
+                buffer = model.buffers[tensor.buffer]
+                if tensor.type != schema.TensorType.INT8 or buffer.data is None:
+                    continue
+                if tensor.buffer not in done:
+                    buffer.data = np.frombuffer(_dequantized(tensor, buffer.data).tobytes(),
+                                                np.uint8)
+                    done.add(tensor.buffer)
+                tensor.type, tensor.quantization = schema.TensorType.FLOAT32, None
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def _dequantized(tensor: Any, data: Any) -> np.ndarray:
+    """The float32 values of an int8 constant: ``(q - zero point) * scale``, per channel along
+    its quantised dimension when it has one scale a channel."""
+    import numpy as np
+
+    values = np.frombuffer(bytes(data), np.int8).astype(np.float32).reshape(tensor.shape)
+    scale = np.asarray(tensor.quantization.scale, np.float32)
+    zero = np.asarray(tensor.quantization.zeroPoint, np.float32)
+    if scale.size > 1:
+        shape = [1] * values.ndim
+        shape[tensor.quantization.quantizedDimension] = scale.size
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return ((values - zero) * scale).astype("<f4")
+
+
 def _model(flatbuffer: bytes) -> Any:
     from tensorflow.lite.tools import flatbuffer_utils
 
@@ -180,31 +230,45 @@ def front_end_nodes(flatbuffer: bytes) -> list[str]:
 
 
 def operation_counts(flatbuffer: bytes) -> dict[str, Any]:
-    """What a TFLite model computes in: the number of its operations (over every subgraph)
-    whose first input is int8 and float32, the float32 operation types that do arithmetic
-    (not shape bookkeeping), and the bytes of its constants (weights and tables)."""
+    """What a TFLite model computes in and stores: the number of its operations (over every
+    subgraph) whose first input is int8 and float32, of those reading int8 constants (weights),
+    the float32 operation types that do arithmetic (not shape bookkeeping), and the bytes of its
+    constants (weights and tables), all and those the feature front end reads (its mel
+    filterbank, window...)."""
     from tensorflow.lite.python import schema_py_generated as schema
 
     operators = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    model = _model(flatbuffer)
+    model, front = _model(flatbuffer), set(front_end_nodes(flatbuffer))
     counts: collections.Counter[str] = collections.Counter()
     float_kinds: collections.Counter[str] = collections.Counter()
+    front_buffers: set[int] = set()
     for graph in model.subgraphs:
         for op in graph.operators:
-            inputs = [graph.tensors[i].type for i in op.inputs if i >= 0]
+            inputs = [graph.tensors[i] for i in op.inputs if i >= 0]
             if not inputs:
                 continue
+            constants = [t for t in inputs if model.buffers[t.buffer].data is not None]
+            if {graph.tensors[i].name.decode() for i in op.outputs if i >= 0} & front:
+                front_buffers.update(t.buffer for t in constants)
             code = model.operatorCodes[op.opcodeIndex]
             name = operators.get(max(code.builtinCode, code.deprecatedBuiltinCode), "?")
-            if inputs[0] == schema.TensorType.INT8:
+            counts["int8_weight_ops"] += any(t.type == schema.TensorType.INT8 for t in constants)
+            if inputs[0].type == schema.TensorType.INT8:
                 counts["int8_ops"] += 1
-            elif inputs[0] == schema.TensorType.FLOAT32:
+            elif inputs[0].type == schema.TensorType.FLOAT32:
                 counts["float32_ops"] += 1
                 if name not in SHAPE_OPS:
                     float_kinds[name] += 1
+
+    def size(index: int) -> int:
+        data = model.buffers[index].data
+        return 0 if data is None else len(data)
+
     return {"int8_ops": counts["int8_ops"], "float32_ops": counts["float32_ops"],
+            "int8_weight_ops": counts["int8_weight_ops"],
             "float32_arithmetic": dict(sorted(float_kinds.items())),
-            "constant_bytes": sum(len(b.data) for b in model.buffers if b.data is not None)}
+            "constant_bytes": sum(size(i) for i in range(len(model.buffers))),
+            "front_end_constant_bytes": sum(size(i) for i in front_buffers)}
 
 
 #: Operations that move or reshape values without arithmetic, left out of the float32 list.
@@ -219,6 +283,8 @@ def metadata(mode: str, flatbuffer: bytes, utterances_used: int | None = None,
     if mode == "none":
         return {"quantize": mode}
     described: dict[str, Any] = {**DESCRIPTIONS[mode], **operation_counts(flatbuffer)}
+    if mode == "int8":
+        described["kept_float"] = ["feature front end"]
     if mode == "full":
         described.update({"representative_split": split,
                           "representative_utterances": utterances_used,
