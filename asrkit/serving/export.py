@@ -48,6 +48,12 @@ folder. Replacing one never leaves the user without an export, whatever stops it
 export is renamed aside, the new one renamed into place, and the old one deleted only once
 both renames are on disk (:func:`put_in_place`); the next export finishes what a crash left
 (:func:`recover_replacement`).
+
+A TFLite export may be quantised (``quantization``: int8 or float16 weights, or int8 weights and
+activations calibrated on the run's training split; :mod:`asrkit.serving.quantize`). Its
+outputs then differ from the checkpoint's by design, so :func:`verify_quantized` records the
+difference and how far its greedy transcripts are from the float graph's, and refuses only a
+broken model.
 """
 
 from __future__ import annotations
@@ -201,10 +207,9 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     outputs.check_not_current(target, "write an export over")
     recover_replacement(target)  # what a crash left of an earlier replacement
     _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
-    run = load_run(folder)
-    quantize.check_mode(fmt, quantization, export_transducer.exports_as_transducer(run.objective))
-    calibration = quantize.representative_audio(run) if quantization == "full" else None
     run, model, head, state = load_networks(folder, fmt, checkpoint)
+    quantize.check_mode(fmt, quantization, transducer=head is not None)  # before any writing
+    calibration = quantize.representative_audio(run) if quantization == "full" else None
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
