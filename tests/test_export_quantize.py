@@ -116,6 +116,16 @@ def test_the_export_command_quantizes(cli, run_with_data, tmp_path):
     assert "greedy transcripts" in result.stdout and _meta(target)["quantize"] == "int8"
 
 
+def test_full_warns_what_stayed_float(cli, run_with_data, tmp_path):
+    result = cli(["export", run_with_data, "--format", "tflite", "--quantize", "full",
+                  "--output", tmp_path / "full"])
+    assert result.exit_code == 0, result.stderr[-2000:]
+    warning = result.stderr.strip().splitlines()[-1]
+    assert warning.startswith("asrkit: warning: --quantize full kept ")
+    assert "LOG" in warning and "RFFT2D" in warning  # the front end
+    assert result.stdout.startswith(f"exported brnn (step 7) as tflite (full) to {tmp_path}")
+
+
 @pytest.mark.parametrize(("args", "error"), [
     (["--quantize", "int8"], "--quantize int8 needs --format tflite (a savedmodel export is "
                              "float32)"),

@@ -46,6 +46,12 @@ def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str,
     from asrkit.serving.export import export_run
 
     meta = export_run(run, fmt, output, checkpoint, force, quantization)
+    if quantization == "full":  # integer with float fallback: say what stayed float
+        kinds = meta["quantization"]["float32_arithmetic"]
+        click.echo(f"asrkit: warning: --quantize full kept {sum(kinds.values())} arithmetic "
+                   "operations in float32 (the feature front end, and those without int8 "
+                   f"kernels): {', '.join(sorted(kinds))}; see \"quantization\" in asrkit.json",
+                   err=True)
     if as_json:
         click.echo(json.dumps(meta, indent=2))
         return

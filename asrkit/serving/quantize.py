@@ -112,8 +112,16 @@ def utterances(run: Run, split: str, count: int, seed: int = REPRESENTATIVE_SEED
         raise QuantizeError(f"{listing} lists no utterances")
     picked = np.random.default_rng(seed).permutation(len(rows))[:count]
     limit = int(max_seconds * SAMPLE_RATE)
-    return [read_wav(Path(dataset, rows[i].wav_filename))[:limit].astype(np.float32) / PCM_SCALE
-            for i in sorted(picked)]
+    audio = []
+    for index in sorted(picked):
+        path = Path(dataset, rows[index].wav_filename)
+        try:
+            samples = read_wav(path)
+        except (OSError, EOFError) as error:  # a file gone or cut short since the import
+            raise QuantizeError(f"cannot read {path} ({error.__class__.__name__}: {error}); "
+                                "import the dataset again with --force") from None
+        audio.append(samples[:limit].astype(np.float32) / PCM_SCALE)
+    return audio
 
 
 def representative_audio(run: Run, count: int = REPRESENTATIVE_UTTERANCES) -> list[np.ndarray]:
