@@ -255,6 +255,29 @@ def test_what_a_transducer_export_refuses_in_one_line(cli, run, exports, tmp_pat
     assert not list(tmp_path.glob(".onnx*"))  # refused before anything was written
 
 
+def test_a_transducer_exports_quantized(cli, run, exports, clip, tmp_path):
+    """``--quantize int8`` and ``float16`` take the converter's settings alone and run the
+    search on the quantised encoder and networks; ``full`` is refused in one line."""
+    from asrkit.serving.export import ExportedModel, export_run
+
+    audio = clip.astype(np.float32) / 32768
+    size = (exports["tflite"] / "model.tflite").stat().st_size
+    for mode in ("int8", "float16"):
+        meta = export_run(run, "tflite", tmp_path / mode, quantization=mode)
+        assert meta["quantize"] == mode and meta["objective"] == "transducer"
+        assert 0 < meta["verified_max_abs_diff"] < 1 and 0 <= meta["verified_transcript_cer"] < 1
+        assert (tmp_path / mode / "model.tflite").stat().st_size < size
+        labels, _ = ExportedModel(tmp_path / mode).transcribe_tokens(audio)
+        assert len(labels) > 10, mode
+    refused = cli(["export", run, "--format", "tflite", "--quantize", "full", "--output",
+                   tmp_path / "full"])
+    assert refused.exit_code == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "asrkit: error: --quantize full is not supported for transducer runs (their in-graph "
+        "greedy search is not calibrated); use int8 or float16")
+    assert not (tmp_path / "full").exists()
+
+
 def test_the_documented_snippet_runs_without_asrkit(exports, checkpoint, clip, tmp_path):
     """docs/transducers.md's plain TensorFlow snippet, as written, in a process where
     importing asrkit fails: a transducer export needs nothing of asrkit either."""

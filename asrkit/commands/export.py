@@ -10,6 +10,10 @@ import click
 
 from asrkit.runs.run import CHECKPOINTS
 
+#: ``--quantize``'s choices (:data:`asrkit.serving.quantize.MODES`, which imports nothing heavy
+#: but is kept out of ``asrkit --help``'s start-up like every command's machinery).
+QUANTIZE_MODES = ("none", "int8", "float16", "full")
+
 
 @click.command("export")
 @click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
@@ -19,25 +23,46 @@ from asrkit.runs.run import CHECKPOINTS
               help="Folder to write [default: RUN/export/FORMAT].")
 @click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",
               show_default=True)
+@click.option("--quantize", "quantization", type=click.Choice(QUANTIZE_MODES), default="none",
+              show_default=True,
+              help="TFLite only: int8 (int8 weights), float16 (float16 weights) or full (int8 "
+                   "weights and activations, calibrated on the run's training split).")
 @click.option("--force", is_flag=True,
               help="Replace an earlier export (only a folder asrkit wrote, holding nothing else).")
 @click.option("--json", "as_json", is_flag=True, help="Print the export's asrkit.json.")
-def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str, force: bool,
-                   as_json: bool) -> None:
+def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str,
+                   quantization: str, force: bool, as_json: bool) -> None:
     """Export a trained run as a model that takes raw 16 kHz PCM (features inside).
 
     Signatures `logits` and `transcribe` (greedy text), for float32 PCM in [-1, 1] and, as
     `*_int16`, for int16 PCM; a transducer run's: `encode` and `transcribe` (its greedy search,
     each label with its frame), as SavedModel or TFLite. The export is checked against the
     checkpoint before it is written.
+
+    `--quantize` makes a smaller TFLite model: its outputs are then compared with the
+    checkpoint's, not required to match them (the difference and the greedy transcripts'
+    character error rate are recorded in asrkit.json).
     """
     from asrkit.serving.export import export_run
 
-    meta = export_run(run, fmt, output, checkpoint, force)
+    meta = export_run(run, fmt, output, checkpoint, force, quantization)
+    if quantization == "full":  # integer with float fallback: say what stayed float
+        kinds = meta["quantization"]["float32_arithmetic"]
+        click.echo(f"asrkit: warning: --quantize full kept {sum(kinds.values())} arithmetic "
+                   "operations in float32 (the feature front end, and those without int8 "
+                   f"kernels): {', '.join(sorted(kinds))}; see \"quantization\" in asrkit.json",
+                   err=True)
     if as_json:
         click.echo(json.dumps(meta, indent=2))
         return
     what = "encoder frames" if meta.get("objective") == "transducer" else "logits"
+    if quantization != "none":
+        click.echo(f"exported {meta['model']} (step {meta['global_step']}) as {fmt} "
+                   f"({quantization}) to {meta['path']}; {what} within "
+                   f"{meta['verified_max_abs_diff']:.2g} of the checkpoint's, greedy "
+                   f"transcripts {100 * meta['verified_transcript_cer']:.1f}% CER apart on "
+                   f"{', '.join(meta['verified_on'])}")
+        return
     click.echo(f"exported {meta['model']} (step {meta['global_step']}) as {fmt} to "
                f"{meta['path']}; {what} match the checkpoint within "
                f"{meta['verified_max_abs_diff']:.1e}")

@@ -48,6 +48,12 @@ folder. Replacing one never leaves the user without an export, whatever stops it
 export is renamed aside, the new one renamed into place, and the old one deleted only once
 both renames are on disk (:func:`put_in_place`); the next export finishes what a crash left
 (:func:`recover_replacement`).
+
+A TFLite export may be quantised (``quantization``: int8 or float16 weights, or int8 weights and
+activations calibrated on the run's training split; :mod:`asrkit.serving.quantize`). Its
+outputs then differ from the checkpoint's by design, so :func:`verify_quantized` records the
+difference and how far its greedy transcripts are from the float graph's, and refuses only a
+broken model.
 """
 
 from __future__ import annotations
@@ -66,11 +72,12 @@ from asrkit import __version__
 from asrkit.core.errors import AsrkitError
 from asrkit.core.files import sync_to_disk
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
+from asrkit.core.metrics import corpus_score
 from asrkit.core.text import labels_from_json
 from asrkit.evaluation.restore import restore_model, restore_networks
 from asrkit.importing import outputs
 from asrkit.runs.run import Run, load_run
-from asrkit.serving import export_transducer
+from asrkit.serving import export_transducer, quantize
 from asrkit.serving.export_onnx import OnnxModel, metadata, write_onnx
 from asrkit.serving.graph import (
     PCM_SCALE,
@@ -98,6 +105,9 @@ VERIFY_TOLERANCE = 1e-3
 #: Seconds of the synthetic signal an export is verified on (long enough for a few hundred
 #: frames, short enough to cost well under a second).
 VERIFY_SECONDS = 1.5
+#: Utterances of the run's dev split (when its dataset is here) that a quantised export is also
+#: verified on: real speech, whose greedy transcripts are worth comparing.
+VERIFY_UTTERANCES = 8
 
 
 class ExportError(AsrkitError):
@@ -178,22 +188,28 @@ def default_output(run_folder: Path, fmt: str) -> Path:
 
 
 def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path | None = None,
-               checkpoint: str = "best", force: bool = False) -> dict[str, Any]:
+               checkpoint: str = "best", force: bool = False,
+               quantization: str = "none") -> dict[str, Any]:
     """Export a run's checkpoint as ``fmt`` into the folder ``output`` (default
     ``RUN/export/FORMAT``), verify it against the checkpoint, and return its metadata (also
     written to ``asrkit.json`` in the folder, with the verification's largest difference).
 
     A run whose outputs are CTC logits exports with CTC's greedy decoding in the graph; a
     transducer run with the transducer's greedy search
-    (:mod:`asrkit.serving.export_transducer`)."""
+    (:mod:`asrkit.serving.export_transducer`). ``quantization`` (TFLite only) is one of
+    :data:`asrkit.serving.quantize.MODES`; a quantised export is verified by
+    :func:`verify_quantized` instead of to the float tolerance."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    quantize.check_mode(fmt, quantization)
 
     target = Path(output) if output is not None else default_output(Path(folder), fmt)
     outputs.check_not_current(target, "write an export over")
     recover_replacement(target)  # what a crash left of an earlier replacement
     _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
     run, model, head, state = load_networks(folder, fmt, checkpoint)
+    quantize.check_mode(fmt, quantization, transducer=head is not None)  # before any writing
+    calibration = quantize.representative_audio(run) if quantization == "full" else None
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -205,14 +221,21 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         if fmt == "savedmodel":
             _save(module, staging)
         elif fmt == "tflite":
-            _write_tflite(run, model, staging, head)
+            _write_tflite(run, model, staging, head, quantization, calibration)
         else:
             write_onnx(run, model, staging)
         meta = _metadata(run, fmt, checkpoint, state)
+        if fmt == "tflite":
+            meta.update(quantize.metadata(
+                quantization, (staging / TFLITE_FILE).read_bytes(),
+                None if calibration is None else len(calibration), run.train.train_split))
         if joins_symbols(run.labels):
             run.labels.save(staging / "alphabet.txt")
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        meta["verified_max_abs_diff"] = verify_export(staging, module)
+        if quantization == "none":
+            meta["verified_max_abs_diff"] = verify_export(staging, module)
+        else:
+            meta.update(verify_quantized(staging, module, run))
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         outputs.mark(staging, outputs.EXPORT)
         _check_target(target, Path(folder), force)  # again: the folder may have changed since
@@ -326,9 +349,12 @@ def _save(module: tf.Module, folder: Path) -> None:
     tf.saved_model.save(module, str(folder), signatures=module.signatures())
 
 
-def _write_tflite(run: Run, model: keras.Model, folder: Path, head: Any = None) -> None:
+def _write_tflite(run: Run, model: keras.Model, folder: Path, head: Any = None,
+                  quantization: str = "none", calibration: list[np.ndarray] | None = None
+                  ) -> None:
     """Convert through a SavedModel of the string-join-free signatures, built-ins only (a
-    transducer's, with its search, when ``head`` is given)."""
+    transducer's, with its search, when ``head`` is given), quantised as ``quantization`` says
+    (:mod:`asrkit.serving.quantize`; ``full`` calibrates on the PCM ``calibration``)."""
     import tensorflow as tf
 
     if head is None:
@@ -341,8 +367,15 @@ def _write_tflite(run: Run, model: keras.Model, folder: Path, head: Any = None) 
         converter = tf.lite.TFLiteConverter.from_saved_model(
             scratch, signature_keys=sorted(lite.signatures()))
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        quantize.configure(converter, quantization)
         try:
-            flatbuffer = converter.convert()
+            if quantization == "full":
+                flatbuffer = quantize.convert_full(converter, sorted(lite.signatures()),
+                                                   calibration or [])
+            else:
+                flatbuffer = converter.convert()
+            if quantization == "int8":
+                flatbuffer = quantize.float_front_end(flatbuffer)
         except Exception as error:  # the converter raises its own ConverterError subclasses
             raise ExportError(
                 f"{run.spec.name} cannot be converted to TFLite with built-in operations only: "
@@ -409,15 +442,9 @@ def verify_export(folder: Path, module: tf.Module) -> float:
 
     audio = verification_audio()
     exported = ExportedModel(folder)
-    if exported.is_transducer:
-        what, tolerance = "encoder frames", export_transducer.VERIFY_TOLERANCE
-        expected, got = module.encode(audio)["frames"].numpy(), exported.encode(audio)
-    else:
-        what, tolerance = "logits", VERIFY_TOLERANCE
-        expected, got = module.logits(audio)["logits"].numpy(), exported.logits(audio)
-    if got.shape != expected.shape:
-        raise ExportError(f"the export gives {what} of shape {got.shape}, the checkpoint "
-                          f"{expected.shape}")
+    what, expected, got = _outputs(exported, module, audio)
+    tolerance = (export_transducer.VERIFY_TOLERANCE if exported.is_transducer
+                 else VERIFY_TOLERANCE)
     difference = float(np.max(np.abs(got - expected))) if expected.size else 0.0
     if not math.isfinite(difference) or difference > tolerance:
         raise ExportError(f"the export's {what} differ from the checkpoint's by "
@@ -431,6 +458,59 @@ def verify_export(folder: Path, module: tf.Module) -> float:
     return difference
 
 
+def _outputs(exported: ExportedModel, module: tf.Module, audio: np.ndarray
+             ) -> tuple[str, np.ndarray, np.ndarray]:
+    """What is compared on ``audio``: its name (``logits``, or a transducer's ``encoder
+    frames``), the checkpoint graph's and the export's; an error if their shapes differ."""
+    if exported.is_transducer:
+        what = "encoder frames"
+        expected, got = module.encode(audio)["frames"].numpy(), exported.encode(audio)
+    else:
+        what = "logits"
+        expected, got = module.logits(audio)["logits"].numpy(), exported.logits(audio)
+    if got.shape != expected.shape:
+        raise ExportError(f"the export gives {what} of shape {got.shape}, the checkpoint "
+                          f"{expected.shape}")
+    return what, expected, got
+
+
+def verify_quantized(folder: Path, module: tf.Module, run: Run) -> dict[str, Any]:
+    """A quantised export checked against the checkpoint's float graph ``module``.
+
+    Its outputs cannot equal the float ones to :data:`VERIFY_TOLERANCE` (that is the point of
+    quantising), so what is recorded is what a user can judge it by: the largest output
+    difference (``verified_max_abs_diff``) and the character error rate of its greedy
+    transcripts against the float graph's (``verified_transcript_cer``), on
+    :func:`verification_audio` and up to :data:`VERIFY_UTTERANCES` utterances of the run's dev
+    split when its dataset is here (``verified_on`` says which). Only a gross failure is
+    refused: outputs of another shape, or not finite (NaN, infinity)."""
+    import numpy as np
+
+    inputs = [verification_audio()]
+    try:
+        speech = quantize.utterances(run, run.train.dev_split, VERIFY_UTTERANCES)
+    except AsrkitError:  # no dataset here: the synthetic signal alone
+        speech = []
+    inputs += speech
+    exported = ExportedModel(folder)
+    difference, floats, quantised = 0.0, [], []
+    for audio in inputs:
+        what, expected, got = _outputs(exported, module, audio)
+        if not np.all(np.isfinite(got)):
+            raise ExportError(f"the quantised export's {what} are not finite (NaN or infinity) "
+                              "on the verification audio")
+        if expected.size:
+            difference = max(difference, float(np.max(np.abs(got - expected))))
+        text = module.transcribe(audio)["text"].numpy()
+        floats.append(text.decode() if isinstance(text, bytes) else str(text))
+        quantised.append(exported.transcribe(audio))
+    on = ["synthetic signal"] + ([f"{len(speech)} utterances of {run.train.dev_split}"]
+                                 if speech else [])
+    return {"verified_max_abs_diff": difference,
+            "verified_transcript_cer": corpus_score(floats, quantised).cer,
+            "verified_on": on}
+
+
 # -- reading ------------------------------------------------------------------------------------
 
 
@@ -442,20 +522,37 @@ def is_export(path: str | Path) -> bool:
     return any((path / name).exists() for name in ("saved_model.pb", TFLITE_FILE, "model.onnx"))
 
 
-def tflite_interpreter(path: str | Path, num_threads: int | None = None) -> Any:
+def tflite_interpreter(path: str | Path, num_threads: int | None = None,
+                       float32_kernels: bool = False) -> Any:
     """A TFLite interpreter for ``path``: LiteRT's (``ai_edge_litert``) when installed, else
     TensorFlow's own ``tf.lite.Interpreter``, whose deprecation warning is silenced (it still
-    ships with TensorFlow and runs the same flatbuffer)."""
+    ships with TensorFlow and runs the same flatbuffer).
+
+    ``float32_kernels`` leaves out the default XNNPACK delegate, which runs a model with float16
+    weights in float16 arithmetic on a CPU that has it (AVX512-FP16, ARMv8.2): the feature front
+    end's power spectrum exceeds float16's range (65504) there and the logits become NaN. The
+    built-in kernels compute in float32 from the float16 weights, as ``--quantize float16``
+    promises."""
     threads = num_threads or os.cpu_count() or 1
     try:
-        from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-not-found]
+        from ai_edge_litert.interpreter import (  # type: ignore[import-not-found]
+            Interpreter,
+            OpResolverType,
+        )
     except ImportError:
         import tensorflow as tf
 
+        resolver = tf.lite.experimental.OpResolverType
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return tf.lite.Interpreter(model_path=str(path), num_threads=threads)
-    return Interpreter(model_path=str(path), num_threads=threads)
+            return tf.lite.Interpreter(
+                model_path=str(path), num_threads=threads,
+                experimental_op_resolver_type=(resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+                                               if float32_kernels else resolver.AUTO))
+    return Interpreter(model_path=str(path), num_threads=threads,
+                       experimental_op_resolver_type=(
+                           OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if float32_kernels
+                           else OpResolverType.AUTO))
 
 
 class ExportedModel:
@@ -484,7 +581,8 @@ class ExportedModel:
         elif path.is_file() or not (folder / "saved_model.pb").exists():
             model_file = path if path.is_file() else folder / TFLITE_FILE
             self.format = "tflite"
-            self._interpreter = tflite_interpreter(model_file)
+            self._interpreter = tflite_interpreter(
+                model_file, float32_kernels=self.metadata.get("quantize") == "float16")
             self._runners: dict[str, Any] = {}
         else:
             import tensorflow as tf

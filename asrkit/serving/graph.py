@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 #: int16 PCM to [-1, 1): the scale the training pipeline uses (``asrkit.dataset.shards.parse``);
 #: the ``*_int16`` signatures divide by it in the graph.
 PCM_SCALE = 32768.0
+#: The name scope of the feature front end in an export's graph: a full-integer TFLite export
+#: keeps the operations under it in float (:mod:`asrkit.serving.quantize`).
+FEATURES_SCOPE = "asrkit_features"
 
 
 def make_logits_fn(run: Run, model: keras.Model) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -43,8 +46,9 @@ def make_logits_fn(run: Run, model: keras.Model) -> Callable[[tf.Tensor], tf.Ten
     check_sample_rate(feature_config, str(run.folder))
 
     def logits_fn(audio: tf.Tensor) -> tf.Tensor:
-        features = tf.cast(extractor.extract(audio, feature_config), tf.float32)
-        features = context_windows(features, context)
+        with tf.name_scope(FEATURES_SCOPE):
+            features = tf.cast(extractor.extract(audio, feature_config), tf.float32)
+            features = context_windows(features, context)
         frames = tf.shape(features)[0]
         logits = model((features[tf.newaxis], frames[tf.newaxis]), training=False)
         length = spec.output_length(model_config, frames)
