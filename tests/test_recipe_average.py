@@ -83,3 +83,46 @@ def test_without_an_averaged_checkpoint_the_error_says_how_to_make_one(home, asr
     assert "asrkit average" in evaluated.stderr
     nothing_kept = asrkit_cli(["average", run, "--last", "1"])
     assert nothing_kept.exit_code == 1 and "keeps 0 checkpoint(s)" in nothing_kept.stderr
+
+
+def test_a_transducer_runs_average_holds_the_mean_of_its_head_too(home, asrkit_cli, tmp_path):
+    """The prediction and joint networks are averaged with the encoder, and the averaged
+    checkpoint decodes with the run's transducer search."""
+    import tensorflow as tf
+
+    from asrkit.evaluation.restore import restore_networks
+    from asrkit.runs.run import load_run
+
+    run = tmp_path / "run"
+    result = asrkit_cli(["train", "--epochs", "2", "--batch-size", "4", *TINY,
+                         "-o", "objective=transducer", "-o", "objective.pred_dim=16",
+                         "-o", "objective.joint_dim=16", "-o", "keep_checkpoints=3",
+                         "-o", "checkpoint_steps=1", "-o", "learning_rate=0.01",
+                         "-o", "evaluate_dev=false", "--run-dir", run, "--no-progress"])
+    assert result.exit_code == 0, result.stderr[-3000:]
+    averaged = asrkit_cli(["average", run, "--last", "2"])
+    assert averaged.exit_code == 0, averaged.stderr[-3000:]
+
+    loaded = load_run(run)
+    _, head, state = restore_networks(loaded, "averaged")
+    history = json.loads((run / "checkpoints/history.json").read_text())
+    assert state["averaged_steps"] == [entry["step"] for entry in history[-2:]]
+    each = []
+    for entry in history[-2:]:
+        reference = loaded.objective.build(loaded.objective_config, loaded.encoder_width(),
+                                           loaded.labels)
+        tf.train.Checkpoint(head=reference).read(
+            str(run / "checkpoints" / entry["folder"] / "ckpt")).expect_partial()
+        each.append([w.numpy() for w in reference.trainable_variables])
+    assert head is not None and head.trainable_variables
+    for i, weight in enumerate(head.trainable_variables):
+        np.testing.assert_allclose(weight.numpy(), (each[0][i] + each[1][i]) / 2,
+                                   rtol=1e-6, atol=1e-7)
+    assert any(not np.allclose(a, b) for a, b in zip(*each, strict=True))  # really two
+
+    evaluated = asrkit_cli(["evaluate", run, "--split", "dev", "--checkpoint", "averaged",
+                            "--json", "-", "--no-progress"])
+    assert evaluated.exit_code == 0, evaluated.stderr[-3000:]
+    report = json.loads(evaluated.stdout)
+    assert report["decoder"] == "transducer-greedy"
+    assert report["checkpoint"]["kind"] == "averaged"
