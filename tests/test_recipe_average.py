@@ -10,6 +10,23 @@ import pytest
 from tests.conftest import TINY
 
 
+def assert_mean_of_the_last_two(run, history, averaged, key, build) -> None:
+    """``averaged``'s weights are the mean of the network saved as ``key`` in the run's last
+    two checkpoints (each read into a fresh network from ``build()``), which differ."""
+    import tensorflow as tf
+
+    each = []
+    for entry in history[-2:]:
+        reference = build()
+        tf.train.Checkpoint(**{key: reference}).read(
+            str(run / "checkpoints" / entry["folder"] / "ckpt")).expect_partial()
+        each.append([w.numpy() for w in reference.trainable_variables])
+    for i, weight in enumerate(averaged.trainable_variables):
+        np.testing.assert_allclose(weight.numpy(), (each[0][i] + each[1][i]) / 2,
+                                   rtol=1e-6, atol=1e-7)
+    assert any(not np.allclose(a, b) for a, b in zip(*each, strict=True))  # really two
+
+
 @pytest.fixture
 def home(datasets, monkeypatch):
     monkeypatch.setenv("ASRKIT_HOME", str(datasets))
@@ -18,7 +35,6 @@ def home(datasets, monkeypatch):
 
 def test_average_of_the_last_checkpoints_is_their_mean_and_evaluates(home, asrkit_cli,
                                                                      tmp_path):
-    import tensorflow as tf
 
     from asrkit.evaluation.restore import load_run_model
 
@@ -44,18 +60,9 @@ def test_average_of_the_last_checkpoints_is_their_mean_and_evaluates(home, asrki
 
     loaded_run, model, state = load_run_model(run, "averaged")
     assert state["averaged_steps"] == [7, 8]
-    each = []
-    for entry in history[-2:]:
-        reference = loaded_run.spec.build(
-            loaded_run.model_config, loaded_run.extractor.num_features(loaded_run.feature_config),
-            loaded_run.alphabet.num_classes)
-        tf.train.Checkpoint(model=reference).read(
-            str(run / "checkpoints" / entry["folder"] / "ckpt")).expect_partial()
-        each.append([w.numpy() for w in reference.trainable_variables])
-    for i, weight in enumerate(model.trainable_variables):
-        np.testing.assert_allclose(weight.numpy(), (each[0][i] + each[1][i]) / 2,
-                                   rtol=1e-6, atol=1e-7)
-    assert any(not np.allclose(a, b) for a, b in zip(*each, strict=True))  # really two
+    assert_mean_of_the_last_two(run, history, model, "model", lambda: loaded_run.spec.build(
+        loaded_run.model_config, loaded_run.extractor.num_features(loaded_run.feature_config),
+        loaded_run.alphabet.num_classes))
 
     evaluated = asrkit_cli(["evaluate", run, "--split", "dev", "--checkpoint", "averaged",
                             "--json", "-", "--no-progress"])
@@ -88,7 +95,6 @@ def test_without_an_averaged_checkpoint_the_error_says_how_to_make_one(home, asr
 def test_a_transducer_runs_average_holds_the_mean_of_its_head_too(home, asrkit_cli, tmp_path):
     """The prediction and joint networks are averaged with the encoder, and the averaged
     checkpoint decodes with the run's transducer search."""
-    import tensorflow as tf
 
     from asrkit.evaluation.restore import restore_networks
     from asrkit.runs.run import load_run
@@ -107,18 +113,9 @@ def test_a_transducer_runs_average_holds_the_mean_of_its_head_too(home, asrkit_c
     _, head, state = restore_networks(loaded, "averaged")
     history = json.loads((run / "checkpoints/history.json").read_text())
     assert state["averaged_steps"] == [entry["step"] for entry in history[-2:]]
-    each = []
-    for entry in history[-2:]:
-        reference = loaded.objective.build(loaded.objective_config, loaded.encoder_width(),
-                                           loaded.labels)
-        tf.train.Checkpoint(head=reference).read(
-            str(run / "checkpoints" / entry["folder"] / "ckpt")).expect_partial()
-        each.append([w.numpy() for w in reference.trainable_variables])
     assert head is not None and head.trainable_variables
-    for i, weight in enumerate(head.trainable_variables):
-        np.testing.assert_allclose(weight.numpy(), (each[0][i] + each[1][i]) / 2,
-                                   rtol=1e-6, atol=1e-7)
-    assert any(not np.allclose(a, b) for a, b in zip(*each, strict=True))  # really two
+    assert_mean_of_the_last_two(run, history, head, "head", lambda: loaded.objective.build(
+        loaded.objective_config, loaded.encoder_width(), loaded.labels))
 
     evaluated = asrkit_cli(["evaluate", run, "--split", "dev", "--checkpoint", "averaged",
                             "--json", "-", "--no-progress"])

@@ -7,15 +7,11 @@ Uses only asrkit's public API; the pieces are hand-written (``asrkit.api.Pieces`
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from asrkit_decoder_kenlm.arpa import estimate
 from asrkit_decoder_kenlm.decoder import KenLMDecoder
 
 from asrkit.api import Alphabet, BeamDecoder, Pieces
 from asrkit.testing import check_decoder
 
-SENTENCES = ["the cat sat on the mat", "the cat ran", "a cat sat", "the mat",
-             "a cat ran on the mat", "the cat sat"] * 5
 PIECES = Pieces(["▁the", "▁cat", "▁c", "▁k", "at", "▁sat", "▁ran", "▁on", "▁mat", "▁a", "▁m",
                  "▁", "a", "t", "h", "e", "c", "k", "s", "r", "n", "o", "m"])
 
@@ -34,22 +30,15 @@ def spell(labels, spelling: list[dict[str, float]]) -> np.ndarray:
     return np.array(frames, np.float32)[None]
 
 
-@pytest.fixture
-def lm_path(tmp_path):
-    pytest.importorskip("kenlm")
-    path = tmp_path / "lm.arpa"
-    estimate(SENTENCES, 3).write(path)
-    return path
 
-
-def test_kenlm_over_pieces_gives_the_words_the_model_knows(lm_path):
+def test_kenlm_over_pieces_gives_the_words_the_model_knows(cat_lm):
     """The acoustics favour "▁k at" ("kat") over "▁c at"; the n-gram model picks "cat", as it
     does when the same words are spelt by characters."""
     spelling = [{"▁the": 0.9}, {"▁k": 0.5, "▁c": 0.4}, {"at": 0.9}, {"▁sat": 0.9}, {"▁on": 0.9},
                 {"▁the": 0.9}, {"▁mat": 0.9}]
     logits = spell(PIECES, spelling)
     assert BeamDecoder().decode(logits, None, PIECES) == ["the kat sat on the mat"]
-    decoder = KenLMDecoder().with_config(lm=str(lm_path))
+    decoder = KenLMDecoder().with_config(lm=str(cat_lm))
     assert decoder.decode(logits, None, PIECES) == ["the cat sat on the mat"]
     english = Alphabet()
     chars = [{c: 0.9} for c in "the "] + [{"k": 0.5, "c": 0.4}] + [
@@ -57,5 +46,5 @@ def test_kenlm_over_pieces_gives_the_words_the_model_knows(lm_path):
     assert decoder.decode(spell(english, chars), None, english) == ["the cat sat on the mat"]
 
 
-def test_kenlm_keeps_the_decoder_contract_on_pieces(lm_path):
-    check_decoder(KenLMDecoder().with_config(lm=str(lm_path)), PIECES, "the cat sat on the mat")
+def test_kenlm_keeps_the_decoder_contract_on_pieces(cat_lm):
+    check_decoder(KenLMDecoder().with_config(lm=str(cat_lm)), PIECES, "the cat sat on the mat")

@@ -12,15 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from asrkit_decoder_kenlm.arpa import estimate
 from asrkit_decoder_kenlm.transducer import TransducerKenLMDecoder
 
 from asrkit.api import TRANSDUCER_OUTPUTS, Alphabet, TransducerBeamDecoder, TransducerOutputs
 from asrkit.testing import check_settings_round_trip
 
 LABELS = Alphabet()
-SENTENCES = ["the cat sat on the mat", "the cat ran", "a cat sat", "the mat",
-             "a cat ran on the mat", "the cat sat"] * 5
 #: "the kat sat", the "k" a little more likely than the "c" the language model knows.
 SCRIPT = [{c: 0.9} for c in "the "] + [{"k": 0.5, "c": 0.4}] + [{c: 0.9} for c in "at sat"]
 
@@ -65,23 +62,16 @@ def scripted(script: list[dict[str, float]]) -> tuple[TransducerOutputs, np.ndar
     return outputs, np.array([len(script)])
 
 
-@pytest.fixture
-def lm_path(tmp_path):
-    pytest.importorskip("kenlm")
-    path = tmp_path / "lm.arpa"
-    estimate(SENTENCES, 3).write(path)
-    return path
-
 
 def test_it_reads_a_transducers_outputs_and_keeps_the_settings_contract():
     assert TransducerKenLMDecoder.reads == TRANSDUCER_OUTPUTS
     check_settings_round_trip(TransducerKenLMDecoder())
 
 
-def test_without_weights_it_is_the_transducer_beam_search(lm_path):
+def test_without_weights_it_is_the_transducer_beam_search(cat_lm):
     outputs, lengths = scripted(SCRIPT)
     plain = TransducerBeamDecoder().with_config(beam_width=4)
-    fused = TransducerKenLMDecoder().with_config(lm=str(lm_path), alpha=0.0, beta=0.0,
+    fused = TransducerKenLMDecoder().with_config(lm=str(cat_lm), alpha=0.0, beta=0.0,
                                                  unk_offset=0.0, beam_width=4)
     expected = plain.decode_nbest(outputs, lengths, LABELS)[0]
     found = fused.decode_nbest(outputs, lengths, LABELS)[0]
@@ -90,10 +80,10 @@ def test_without_weights_it_is_the_transducer_beam_search(lm_path):
     assert expected[0].text == "the kat sat"
 
 
-def test_the_language_model_turns_the_search_to_the_words_it_knows(lm_path):
+def test_the_language_model_turns_the_search_to_the_words_it_knows(cat_lm):
     """Its probabilities alone (no unknown-word penalty, which would drop "kat" early)."""
     outputs, lengths = scripted(SCRIPT)
-    fused = TransducerKenLMDecoder().with_config(lm=str(lm_path), beam_width=4, unk_offset=0.0)
+    fused = TransducerKenLMDecoder().with_config(lm=str(cat_lm), beam_width=4, unk_offset=0.0)
     assert fused.decode(outputs, lengths, LABELS) == ["the cat sat"]
     hypotheses = fused.decode_nbest(outputs, lengths, LABELS)[0]
     for h in hypotheses:
@@ -104,13 +94,13 @@ def test_the_language_model_turns_the_search_to_the_words_it_knows(lm_path):
     assert kat.acoustic > hypotheses[0].acoustic
 
 
-def test_the_partial_word_penalty_turns_non_words_away_while_they_are_spelt(lm_path):
+def test_the_partial_word_penalty_turns_non_words_away_while_they_are_spelt(cat_lm):
     """At beam 2 the two likelier non-words ("kat", "qat") fill the beam before the word ends,
     unless the penalty of an unfinished word that starts no known word ("k", "q") turns them
     away as they are spelt."""
     script = [*SCRIPT[:4], {"k": 0.4, "q": 0.3, "c": 0.25}, *SCRIPT[5:]]
     outputs, lengths = scripted(script)
-    narrow = TransducerKenLMDecoder().with_config(lm=str(lm_path), beam_width=2)
+    narrow = TransducerKenLMDecoder().with_config(lm=str(cat_lm), beam_width=2)
     assert narrow.decode(outputs, lengths, LABELS) == ["the cat sat"]
     unpenalised = narrow.with_config(unk_offset=0.0)
     assert unpenalised.decode(outputs, lengths, LABELS) == ["the kat sat"]
