@@ -85,6 +85,49 @@ def installed(tmp_path_factory: pytest.TempPathFactory):
 TINY = ["-o", "model.n_hidden=32", "-o", "model.n_cell=32", "-o", "model.context=2"]
 
 
+def add_commands(plugins):
+    """Add asrkit's commands (:mod:`asrkit.commands`) to a plugin set, unless its entry point in
+    asrkit's pyproject already loaded them."""
+    from asrkit import commands
+    from asrkit.registry import Provider
+
+    if not any(info.module == commands.__name__ for info in plugins.plugins.values()):
+        plugins.add_module(commands, Provider("commands", "asrkit", "0"))
+    return plugins
+
+
+def run_doc_snippet(page: str, marker: str, replacements: dict[str, str], blocked: tuple[str, ...],
+                    cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run the Python snippet of ``docs/PAGE`` that follows ``<!-- MARKER -->``, with its example
+    paths replaced, in a fresh process where importing any of the ``blocked`` top-level modules
+    fails: what a user runs with only what the page says to install."""
+    import re
+
+    text = (ROOT / "docs" / page).read_text()
+    code = re.search(rf"<!-- {re.escape(marker)} -->\n```python\n(.*?)```", text, re.S).group(1)
+    for old, new in replacements.items():
+        assert old in code, f"docs/{page}'s snippet no longer mentions {old}"
+        code = code.replace(old, new)
+    program = "\n".join([
+        "import sys", "class Block:",
+        "    def find_spec(self, name, path=None, target=None):",
+        f"        if name.split('.')[0] in {blocked!r}:",
+        "            raise ImportError(name + ' is blocked in this test')",
+        "sys.meta_path.insert(0, Block())", code])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=timeout, check=False)
+
+
+@pytest.fixture
+def cli(make_plugins, asrkit_cli):
+    """``cli(args)``: the asrkit CLI with the installed plugins and asrkit's commands. A test
+    module that needs more (a dataset, its own plugins) defines its own ``cli``."""
+    plugins = add_commands(make_plugins(entry_points=True))
+    return lambda args: asrkit_cli(args, plugins)
+
+
 @pytest.fixture(scope="session")
 def datasets(tmp_path_factory):
     """ASRKIT_HOME with the `sample` and `ldc93s1` datasets imported once."""

@@ -35,7 +35,6 @@ from tests.test_transcribe import (
     LDC,
     RATE,
     ToneRecognizer,
-    add_commands,
     long_recording,
     speak,
 )
@@ -286,12 +285,6 @@ def test_ctm_has_a_line_a_word():
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     return make_tiny_run(tmp_path_factory.mktemp("tiny") / "run")
-
-
-@pytest.fixture
-def cli(make_plugins, asrkit_cli):
-    plugins = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli(args, plugins)
 
 
 WAV = LDC / "LDC93S1.wav"

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from asrkit.models.conformer import Conformer, ConformerConfig
-from tests.conftest import SPEECH
-from tests.test_transcribe import add_commands
+from tests.conftest import SPEECH, add_commands
 
 SPEC = Conformer()
 #: Small but with every part: two blocks, two heads, a kernel wide enough to spill padding.

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_transcribe import LDC, add_commands, make_tiny_run
+from tests.test_transcribe import LDC, make_tiny_run
 
 #: float32 kernels that add in another order (TFLite's, XNNPACK's) differ by ~1e-6 here.
 TOLERANCE = 1e-4
@@ -62,12 +62,6 @@ def reference(tiny_run, audio):
     text = GreedyDecoder().decode(logits, lengths.numpy(), run.alphabet)[0]
     assert len(text.split()) > 2  # a transcript worth comparing
     return logits[0], text
-
-
-@pytest.fixture
-def cli(make_plugins, asrkit_cli):
-    plugins = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli(args, plugins)
 
 
 def test_savedmodel_gives_the_checkpoints_logits_and_text(exports, audio, reference):

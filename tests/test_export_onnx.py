@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import run_doc_snippet
 from tests.test_transcribe import LDC, make_tiny_run
 
 pytest.importorskip("tf2onnx")
@@ -140,20 +139,12 @@ def test_documented_onnx_snippet_runs_with_onnxruntime_alone(exports, runs, audi
     asrkit and TensorFlow fails."""
     import soundfile
 
-    text = (ROOT / "docs" / "transcribe.md").read_text()
-    code = re.search(r"<!-- onnx-snippet -->\n```python\n(.*?)```", text, re.S).group(1)
     wav = tmp_path / "talk16k.wav"
     soundfile.write(wav, audio, 16000, subtype="PCM_16")
-    code = code.replace("runs/brnn-1/export/onnx", str(exports["brnn"]))
-    code = code.replace("talk16k.wav", str(wav))
-    program = "\n".join([
-        "import sys", "class Block:",
-        "    def find_spec(self, name, path=None, target=None):",
-        "        if name.split('.')[0] in ('asrkit', 'tensorflow', 'keras', 'tf2onnx'):",
-        "            raise ImportError(name + ' is blocked in this test')",
-        "sys.meta_path.insert(0, Block())", code])
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                            cwd=tmp_path, timeout=120, check=False)
+    result = run_doc_snippet("transcribe.md", "onnx-snippet",
+                             {"runs/brnn-1/export/onnx": str(exports["brnn"]),
+                              "talk16k.wav": str(wav)},
+                             ("asrkit", "tensorflow", "keras", "tf2onnx"), tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     logits = checkpoint_logits(runs["brnn"], audio)
     best = logits.argmax(-1)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from asrkit.testing.models import make_tiny_run
-from tests.test_transcribe import LDC, add_commands
+from tests.test_transcribe import LDC
 
 MODES = ("int8", "float16", "full")
 
@@ -34,12 +34,6 @@ def exports(run_with_data, tmp_path_factory):
     return {mode: Path(export_run(run_with_data, "tflite", folder / mode,
                                   quantization=mode)["path"])
             for mode in ("none", *MODES)}
-
-
-@pytest.fixture
-def cli(make_plugins, asrkit_cli):
-    plugins = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli(args, plugins)
 
 
 def _meta(folder: Path) -> dict:

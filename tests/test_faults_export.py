@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_faults_data import one_line_error, snapshot
-from tests.test_transcribe import add_commands, make_tiny_run
+from tests.test_transcribe import make_tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -18,12 +18,6 @@ def project(tmp_path_factory):
     (folder / "README.md").write_text("my project\n")
     make_tiny_run(folder / "run")
     return folder
-
-
-@pytest.fixture
-def cli(make_plugins, asrkit_cli):
-    plugins = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli([str(a) for a in args], plugins)
 
 
 def test_force_refuses_the_current_folder(cli, project, monkeypatch):

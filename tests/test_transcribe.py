@@ -223,24 +223,6 @@ def tiny_run(tmp_path_factory):
     return make_tiny_run(tmp_path_factory.mktemp("tiny") / "run")
 
 
-def add_commands(plugins):
-    """Add asrkit's commands (:mod:`asrkit.commands`) to a plugin set, unless its entry point in
-    asrkit's pyproject already loaded them."""
-    from asrkit import commands
-    from asrkit.registry import Provider
-
-    if not any(info.module == commands.__name__ for info in plugins.plugins.values()):
-        plugins.add_module(commands, Provider("commands", "asrkit", "0"))
-    return plugins
-
-
-@pytest.fixture
-def cli(make_plugins, asrkit_cli):
-    """``cli(args)``: the asrkit CLI with the installed plugins and the serve commands."""
-    plugins = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli(args, plugins)
-
-
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory):
     """The fixture recording in every variant, plus an MP3 made with sox."""

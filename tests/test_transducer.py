@@ -25,8 +25,7 @@ from asrkit.decoders.transducer import (
 )
 from asrkit.objectives.transducer import TransducerConfig, TransducerObjective
 from asrkit.testing import check_objective
-from tests.conftest import SPEECH
-from tests.test_transcribe import add_commands
+from tests.conftest import SPEECH, add_commands
 
 LABELS = Alphabet()
 SMALL = {"pred_dim": 12, "joint_dim": 10, "dropout": 0.0, "ctc_weight": 0.0}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -17,8 +16,7 @@ import numpy as np
 import pytest
 
 from asrkit.decoders.transducer import greedy_search
-from tests.conftest import ROOT, SPEECH
-from tests.test_transcribe import add_commands
+from tests.conftest import SPEECH, run_doc_snippet
 from tests.test_transducer import PREDICTORS, head_and_frames
 
 CLIP = SPEECH / "ldc93s1" / "LDC93S1.wav"
@@ -130,12 +128,6 @@ def clip() -> np.ndarray:
     from asrkit.serving.transcribe import load_audio
 
     return load_audio(CLIP)
-
-
-@pytest.fixture
-def cli(make_plugins, asrkit_cli):
-    plugins = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli(args, plugins)
 
 
 def test_exports_emit_what_the_checkpoints_greedy_search_emits(exports, checkpoint, clip):
@@ -283,22 +275,11 @@ def test_the_documented_snippet_runs_without_asrkit(exports, checkpoint, clip, t
     importing asrkit fails: a transducer export needs nothing of asrkit either."""
     import soundfile
 
-    text = (ROOT / "docs" / "transducers.md").read_text()
-    code = re.search(r"<!-- snippet: transducer -->\n```python\n(.*?)```", text, re.S).group(1)
     wav = tmp_path / "talk16k.wav"
     soundfile.write(wav, clip, 16000, subtype="PCM_16")
-    code = code.replace("runs/rnnt/export/savedmodel", str(exports["savedmodel"]))
-    code = code.replace("talk16k.wav", str(wav))
-    program = "\n".join([
-        "import sys", "class Block:",
-        "    def find_spec(self, name, path=None, target=None):",
-        "        if name.split('.')[0] == 'asrkit':",
-        "            raise ImportError('asrkit is blocked in this test')",
-        "sys.meta_path.insert(0, Block())", code])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                            env=env, cwd=tmp_path, timeout=300, check=False)
+    result = run_doc_snippet("transducers.md", "snippet: transducer",
+                             {"runs/rnnt/export/savedmodel": str(exports["savedmodel"]),
+                              "talk16k.wav": str(wav)}, ("asrkit",), tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     _, expected = checkpoint(clip.astype(np.float32) / 32768)
     from asrkit.serving.export import ExportedModel
