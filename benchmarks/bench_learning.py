@@ -10,7 +10,10 @@
    the time the run is given (a run of 30 minutes is not a run of 10 continued).
 3. Evaluates each run on ``test``, ``test-unseen`` and ``test-flite`` with the checkpoint
    ``asrkit evaluate RUN`` scores by default (``best``: what a user gets); ``--checkpoint
-   latest`` scores the final weights instead.
+   latest`` scores the final weights instead, and ``--checkpoint best,latest`` both (a row
+   each).
+4. Breaks each test set's CER down by voice (the corpus plan's voice of every utterance), so
+   that one voice the model cannot hear shows instead of hiding in the mean.
 
 Prints a table and writes JSON (``--json``): CER and WER per test set, steps, epochs, seconds
 per step and the training process's peak resident memory, at each time. ``--beam`` also scores
@@ -22,8 +25,9 @@ its CTC default. Needs espeak-ng, flite, fortunes and sox (scripts/setup.sh).
         [--variant "NAME:SETTING;SETTING" ...] [--train 2400] [--train-voices 1]
         [--work bench-work]
 
-``--lm`` also scores each test set with the ``kenlm`` decoder and a 3-gram word model built
-(``asrkit lm build``) from every ``fortunes`` sentence except the dev and test ones: text the
+``--lm`` also scores each test set with a word 3-gram through the objective's language-model
+decoder (``kenlm``, ``transducer-kenlm`` or ``attention-kenlm``), the model built by ``asrkit
+lm build`` from every ``fortunes`` sentence except the dev and test ones: text the
 acoustic model never heard, holding most of the held-out words in other sentences, as a real
 LM corpus would: once with the decoder's default weights (columns "+ LM"), once with ``alpha``
 and ``beta`` chosen on the dev split by ``asrkit evaluate --grid`` (columns "+ tuned LM"; the
@@ -84,11 +88,23 @@ def train(run: Path, model: str, minutes: float, settings: list[str]) -> float:
 LM_GRID = ("decoder.alpha=0.25,0.5,0.75,1,1.25,1.5,2", "decoder.beta=0,1,2,3,4")
 
 
+#: Each objective's beam search and its decoder with the kenlm word model.
+SEARCHES = {"ctc": ("beam", "kenlm"), "transducer": ("transducer-beam", "transducer-kenlm"),
+            "attention": ("attention-beam", "attention-kenlm")}
+
+
+def searches(run: Path) -> tuple[str, str]:
+    """The beam search and the LM decoder of ``run``'s objective."""
+    objective = json.loads((run / "config.json").read_text())["train"].get("objective", "ctc")
+    return SEARCHES[objective]
+
+
 def tune_lm(run: Path, lm: Path, checkpoint: str) -> list[str]:
-    """The kenlm settings best by WER on the dev split, as ``-o`` options."""
+    """The LM decoder's weights best by WER on the dev split, as ``-o`` options."""
     target = run / "dev-lm-search.json"
     asrkit("evaluate", str(run), "--split", "dev", "--checkpoint", checkpoint, "--decoder",
-           "kenlm", "-o", f"decoder.lm={lm}", *(a for g in LM_GRID for a in ("--grid", g)),
+           searches(run)[1], "-o", f"decoder.lm={lm}",
+           *(a for g in LM_GRID for a in ("--grid", g)),
            "--json", str(target), "--no-progress")
     best = json.loads(target.read_text())["best"]
     print(f"LM weights chosen on dev: {' '.join(best['options'])} (dev WER {best['wer']:.1%}, "
@@ -96,19 +112,40 @@ def tune_lm(run: Path, lm: Path, checkpoint: str) -> list[str]:
     return [item for option in best["options"] for item in option.split(" ", 1)]
 
 
-def score(run: Path, lm: Path | None, checkpoint: str,
-          beam: bool = False) -> dict[str, dict[str, float]]:
+def by_voice(report: dict, voices: dict[tuple[str, str], str]) -> dict[str, float]:
+    """The CER of each voice of a test set (``voices``: (split, transcript) -> voice), from
+    the utterances of an ``asrkit evaluate --json`` report, worst first."""
+    from asrkit.core.metrics import Score
+    from asrkit.core.metrics import score as utterance_score
+
+    totals: dict[str, Score] = {}
+    for result in report["results"]:
+        voice = voices.get((report["split"], result["reference"]), "?")
+        counts = utterance_score(result["reference"], result["hypothesis"])
+        totals[voice] = totals.get(voice, Score(0, 0, 0, 0)) + counts
+    return dict(sorted(((voice, round(s.cer, 4)) for voice, s in totals.items()),
+                       key=lambda item: -item[1]))
+
+
+def plan_voices(corpus: Path) -> dict[tuple[str, str], str]:
+    """(split, transcript) -> voice of every held-out utterance of the corpus plan."""
+    plan = json.loads((corpus / "plan.json").read_text())
+    return {(u["split"], u["text"]): u["voice"] for u in plan["utterances"]
+            if u["split"] != "train"}
+
+
+def score(run: Path, lm: Path | None, checkpoint: str, beam: bool = False,
+          voices: dict[tuple[str, str], str] | None = None) -> dict[str, dict]:
     """CER and WER of the ``checkpoint`` weights (and their step) on each test set, with the
     run's decoder (greedy: ``test``), with ``beam`` its objective's beam search (``test+beam``:
-    CTC's prefix beam search, or the transducer's) and, given an LM, with the kenlm decoder at
-    its default weights (``test+lm``) and at those chosen on dev (``test+tuned-lm``)."""
+    :data:`SEARCHES`) and, given an LM, with its objective's kenlm decoder at its default
+    weights (``test+lm``) and at those chosen on dev (``test+tuned-lm``)."""
     decoders = {"": []}
+    search, with_lm = searches(run)
     if beam:
-        objective = json.loads((run / "config.json").read_text())["train"].get("objective")
-        decoders["+beam"] = ["--decoder",
-                             "transducer-beam" if objective == "transducer" else "beam"]
+        decoders["+beam"] = ["--decoder", search]
     if lm:
-        decoders["+lm"] = ["--decoder", "kenlm", "-o", f"decoder.lm={lm}"]
+        decoders["+lm"] = ["--decoder", with_lm, "-o", f"decoder.lm={lm}"]
         decoders["+tuned-lm"] = decoders["+lm"] + tune_lm(run, lm, checkpoint)
     results = {}
     for split in TEST_SETS:
@@ -118,7 +155,8 @@ def score(run: Path, lm: Path | None, checkpoint: str,
                    *options, "--json", str(target), "--no-progress")
             report = json.loads(target.read_text())
             results[split + suffix] = {"cer": report["cer"], "wer": report["wer"],
-                                       "step": report["checkpoint"]["step"]}
+                                       "step": report["checkpoint"]["step"],
+                                       "cer_by_voice": by_voice(report, voices or {})}
     return results
 
 
@@ -178,9 +216,9 @@ def main() -> None:
     parser.add_argument("--lm-dictionary", type=Path, nargs="?", const=DICTIONARY,
                         help=f"add a word list's words to the LM's vocabulary (default "
                              f"{DICTIONARY})")
-    parser.add_argument("--checkpoint", choices=("best", "latest"), default="best",
-                        help="the weights scored: best (what `asrkit evaluate RUN` scores) or "
-                             "latest (the final ones)")
+    parser.add_argument("--checkpoint", default="best",
+                        help="the weights scored: best (what `asrkit evaluate RUN` scores), "
+                             "latest (the final ones), or best,latest (a row each)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -204,6 +242,10 @@ def main() -> None:
         print(report, flush=True)
         variants[f"sp{size}"] = [f"tokenizer={model_file}"]
     budgets = [float(m) for m in args.minutes.split(",")]
+    checkpoints = args.checkpoint.split(",")
+    if not set(checkpoints) <= {"best", "latest"}:
+        parser.error("--checkpoint: best, latest or best,latest")
+    voices = plan_voices(args.work / "openvocab")
     results: list[dict] = []
     for model in args.models.split(","):
         for variant, settings in variants.items():
@@ -211,15 +253,19 @@ def main() -> None:
                 run = args.work / "runs" / f"{model}-{variant}-{minutes:g}min"
                 began = time.monotonic()
                 peak = train(run, model, minutes, settings)
-                row = {"model": model, "variant": variant, "minutes": minutes,
-                       **progress(run), "wall_seconds": round(time.monotonic() - began),
-                       "peak_mib": round(peak), **score(run, lm, args.checkpoint, args.beam)}
-                row["seconds_per_step"] = round(minutes * 60 / max(row["steps"], 1), 2)
-                results.append(row)
-                print(line(row), flush=True)
+                trained = {"model": model, "variant": variant, "minutes": minutes,
+                           **progress(run), "wall_seconds": round(time.monotonic() - began),
+                           "peak_mib": round(peak)}
+                trained["seconds_per_step"] = round(minutes * 60 / max(trained["steps"], 1), 2)
+                for checkpoint in checkpoints:
+                    row = {**trained, "checkpoint": checkpoint,
+                           **score(run, lm, checkpoint, args.beam, voices)}
+                    results.append(row)
+                    print(line(row), flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(results, indent=2) + "\n")
     print("\n" + table(results))
+    print("\n" + voice_table(results))
 
 
 #: Decodings of each test set, in the table's order, and their column names.
@@ -235,7 +281,8 @@ def line(row: dict) -> str:
     sets = ", ".join(f"{s} CER {row[s]['cer']:.1%} WER {row[s]['wer']:.1%}" for s in scored(row))
     dev = " ".join(f"{step}:{cer:.1%}" for step, cer in row["dev_cer_by_step"])
     return (f"{row['model']} ({row['variant']}, preset {row['preset']}) after {row['minutes']:g} "
-            f"min, {row['steps']} steps: {sets}; dev CER by step {dev}")
+            f"min, {row['steps']} steps, {row['checkpoint']} checkpoint (step "
+            f"{row['test']['step']}): {sets}; dev CER by step {dev}")
 
 
 def column_name(key: str) -> str:
@@ -245,15 +292,31 @@ def column_name(key: str) -> str:
 
 def table(results: list[dict]) -> str:
     columns = max((scored(r) for r in results), key=len)
-    head = ("| model | variant | minutes | steps | scored step | s/step | peak MiB | "
+    head = ("| model | variant | minutes | steps | checkpoint (step) | s/step | peak MiB | "
             + " | ".join(f"{column_name(s)} CER / WER" for s in columns) + " |")
     rows = [head, "|" + "---|" * (7 + len(columns))]
     for r in results:
         cells = [r["model"], r["variant"], f"{r['minutes']:g}", str(r["steps"]),
-                 str(r["test"]["step"]), f"{r['seconds_per_step']:.2f}",
+                 f"{r['checkpoint']} ({r['test']['step']})", f"{r['seconds_per_step']:.2f}",
                  str(r.get("peak_mib", "-"))]
         cells += [f"{r[s]['cer']:.1%} / {r[s]['wer']:.1%}" if s in r else "-" for s in columns]
         rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def voice_table(results: list[dict]) -> str:
+    """Each run's greedy CER by voice on each test set: the worst three voices and the best."""
+    rows = ["| model | variant | minutes | checkpoint | test set | worst voices (CER) "
+            "| best voice |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        for split in TEST_SETS:
+            voices = list(r[split].get("cer_by_voice", {}).items())
+            if not voices:
+                continue
+            worst = ", ".join(f"{v} {c:.1%}" for v, c in voices[:3])
+            best = f"{voices[-1][0]} {voices[-1][1]:.1%}"
+            rows.append(f"| {r['model']} | {r['variant']} | {r['minutes']:g} | "
+                        f"{r['checkpoint']} | {split} | {worst} | {best} |")
     return "\n".join(rows)
 
 
