@@ -84,11 +84,14 @@ def test_the_objective_keeps_the_contract(decoder, ctc_weight):
 
 
 def test_the_ctc_weight_decides_the_ctc_layer_and_what_an_utterance_needs():
-    for weight, has_ctc in ((0.0, False), (0.3, True), (1.0, True)):
-        config = AttentionConfig(ctc_weight=weight, **TINY)
+    for weight, has_ctc, decoder in ((0.0, False, "las"), (0.3, True, "transformer"),
+                                     (1.0, True, "las")):
+        config = AttentionConfig(ctc_weight=weight, decoder=decoder, **TINY)
         head = OBJECTIVE.build(config, 16, LABELS)
         assert head.has_ctc is has_ctc
         assert any("ctc_output" in v.path for v in head.trainable_variables) is has_ctc
+        # Named as the head's, beside the model's weights (an average, growth, a report).
+        assert all(v.path.startswith("attention_head/") for v in head.weights)
         assert head.eos == LABELS.num_classes - 1 == LABELS.blank
     assert OBJECTIVE.frames_needed(AttentionConfig(ctc_weight=0.3), [1, 1, 2]) == 1
     assert OBJECTIVE.frames_needed(AttentionConfig(ctc_weight=1.0), [1, 1, 2]) == 4

@@ -325,10 +325,12 @@ def build_head(config: AttentionConfig, encoder_width: int, num_classes: int) ->
     # Two frames: Keras warns of a softmax over one.
     frames = tf.zeros([1, 2, encoder_width])
     lengths = tf.fill([1], 2)
-    if head.has_ctc:
-        head.ctc_output.build((None, None, encoder_width))
     start = tf.fill([1, 1], head.eos)
-    head.decode_step(frames, lengths, start, head.initial_state(frames, lengths))
+    # Built under the head's name, as its call would: its weights' paths say whose they are.
+    with keras.name_scope(head.name):
+        if head.has_ctc:
+            head.ctc_output.build((None, None, encoder_width))
+        head.decode_step(frames, lengths, start, head.initial_state(frames, lengths))
     head((frames, lengths, start))
     return head
 
