@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -138,12 +137,15 @@ def test_a_mixed_bfloat16_run_trains_with_finite_losses(home, asrkit_cli, tmp_pa
                         for value in head.values())
 
 
-def test_the_run_directory_names_the_objective(home, asrkit_cli, tmp_path):
-    """What an evaluation of an attention run decodes with: its objective's decoder, reading
-    the frames with the head (here the stand-in's greedy search, or the installed one)."""
+def test_an_attention_run_is_evaluated_with_its_objectives_decoder(home, asrkit_cli, tmp_path):
+    """``asrkit evaluate`` of an attention run decodes with its objective's default decoder
+    (the installed one, or the stand-in's greedy search), which reads the frames with the head
+    that :meth:`AttentionObjective.decoder_inputs` hands it, and scores the loss."""
     run = tmp_path / "run"
     result = asrkit_cli(["train", *ATTENTION, "-o", "max_steps=2", "--run-dir", run])
     assert result.exit_code == 0, result.stderr[-3000:]
     evaluated = asrkit_cli(["evaluate", run, "--split", "dev", "--json", "-", "--no-progress"])
     assert evaluated.exit_code == 0, evaluated.stderr[-3000:]
-    assert Path(run / "config.json").exists()
+    report = json.loads(evaluated.stdout)
+    assert report["decoder"] == "attention-beam" and report["utterances"] == 2
+    assert np.isfinite(report["loss"]) and report["loss"] > 0
