@@ -83,6 +83,13 @@ def test_the_objective_keeps_the_contract(decoder, ctc_weight):
                                                **{**TINY, "dropout": 0.1}))
 
 
+def test_it_keeps_the_contract_with_subword_pieces():
+    from asrkit.api import Pieces
+
+    check_objective(OBJECTIVE, AttentionConfig(decoder="las", **TINY),
+                    labels=Pieces(["\u2581the", "\u2581a", "t", "he", "s"]))
+
+
 def test_the_ctc_weight_decides_the_ctc_layer_and_what_an_utterance_needs():
     for weight, has_ctc, decoder in ((0.0, False, "las"), (0.3, True, "transformer"),
                                      (1.0, True, "las")):
