@@ -296,3 +296,46 @@ def test_a_mixed_precision_head_is_float32_at_its_boundaries(decoder):
                                         LABEL_LENGTHS, training=True)
     assert losses.dtype == tf.float32 and np.isfinite(losses.numpy()).all()
     assert feasible.numpy().all()
+
+
+def greedy(head, frames: np.ndarray, lengths: np.ndarray, steps: int) -> list[list[int]]:
+    """The most likely token at each step, a step at a time, up to the end symbol."""
+    tokens = np.full((len(frames), 1), head.eos, np.int32)
+    state = head.initial_state(frames, lengths)
+    for _ in range(steps):
+        log_probs, state = head.decode_step(frames, lengths, tokens, state)
+        tokens = np.concatenate([tokens, np.argmax(log_probs.numpy(), -1)[:, None]], 1)
+    found = []
+    for row in tokens[:, 1:].tolist():
+        found.append(row[:row.index(head.eos)] if head.eos in row else row)
+    return found
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_the_head_learns_to_spell_a_batch(decoder):
+    """Trained on the loss alone (the encoder's frames fixed), the decoder learns a small
+    batch's transcripts, end symbol included: the loss, its gradients and the decoding steps
+    fit together."""
+    import keras
+
+    config = AttentionConfig(decoder=decoder, ctc_weight=0.3, label_smoothing=0.0, **TINY)
+    head = make_head(config, seed=14, scale=1.0)
+    frames = tf.constant(noise_frames(15, 16))
+    optimizer = keras.optimizers.Adam(0.02)
+
+    @tf.function
+    def train_step():
+        with tf.GradientTape() as tape:
+            losses, _ = OBJECTIVE.losses(config, head, frames, FRAME_LENGTHS, LABEL_IDS,
+                                         LABEL_LENGTHS, training=True)
+            loss = tf.reduce_mean(losses)
+        optimizer.apply_gradients(zip(tape.gradient(loss, head.trainable_variables),
+                                      head.trainable_variables, strict=True))
+        return loss
+
+    first = float(train_step())
+    for _ in range(150):
+        last = float(train_step())
+    assert last < 0.1 * first, (first, last)
+    expected = [LABEL_IDS[row, :count].tolist() for row, count in enumerate(LABEL_LENGTHS)]
+    assert greedy(head, frames.numpy(), FRAME_LENGTHS, 6) == expected
