@@ -8,6 +8,7 @@ import numpy as np
 
 from asrkit.core.text import Alphabet
 from asrkit.models.brnn import BRNN, BRNNConfig
+from asrkit.objectives.attention import AttentionConfig, AttentionObjective
 from asrkit.objectives.ctc import CTCObjective
 from asrkit.objectives.transducer import TransducerConfig, TransducerObjective
 
@@ -25,13 +26,19 @@ batch = {
 keras.utils.set_random_seed(7)
 initial = [w.copy() for w in spec.build(config, 26, 29).get_weights()]
 
-#: The objectives a script may be asked for, with their settings: CTC (no head), and a small
-#: transducer (a head of its own, its auxiliary CTC loss on) without dropout, which would draw
+#: The objectives a script may be asked for, with their settings: CTC (no head), a small
+#: transducer (a head of its own, its auxiliary CTC loss on) and small attention decoders (a
+#: Transformer's, LAS's: joint CTC, label smoothing) without dropout, which would draw
 #: differently in the two computations a script compares.
 OBJECTIVES = {
     "ctc": (CTCObjective(), CTCObjective.Config()),
     "transducer": (TransducerObjective(),
                    TransducerConfig(pred_dim=16, joint_dim=16, dropout=0.0, frames_per_chunk=8)),
+    "attention": (AttentionObjective(),
+                  AttentionConfig(d_model=16, heads=2, layers=1, ff_dim=32, dropout=0.0)),
+    "attention-las": (AttentionObjective(),
+                      AttentionConfig(decoder="las", d_model=16, las_units=16, attention_dim=16,
+                                      location_filters=4, location_kernel=3, dropout=0.0)),
 }
 
 

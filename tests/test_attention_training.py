@@ -1,0 +1,151 @@
+"""The attention objective under the training engine's recipes, as the transducer is tested under
+them (tests/test_transducer_training.py): gradient accumulation and towers make the update of
+one larger batch on one device (the head's weights, a Transformer's or LAS's, with the CTC
+layer's), a stopped run resumed ends with the weights and losses of one uninterrupted run, and
+a run in mixed bfloat16 precision trains with finite losses."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from asrkit import hookimpl, plugins
+from asrkit.decoders.attention import ATTENTION_OUTPUTS, AttentionOutputs
+from asrkit.objectives import attention as attention_module
+from asrkit.types import Decoder
+from tests.test_recipe_accumulate import check_one_update_of_the_larger_batch
+from tests.test_transducer_training import networks_and_state, step_losses
+
+#: A tiny conformer with the attention objective (the tiny preset's Transformer decoder, joint
+#: CTC at its default weight, label smoothing) without dropout, so that a resumed run draws
+#: nothing an uninterrupted one would not; two micro-batches of 2 an update, with clipping;
+#: every update's loss logged.
+ATTENTION = ["--model", "conformer", "-o", "preset=tiny", "-o", "objective=attention",
+             "--batch-size", "2", "-o", "accumulate_steps=2", "-o", "clip_norm=1",
+             "-o", "model.dropout=0", "-o", "model.attention_dropout=0",
+             "-o", "objective.dropout=0", "-o", "evaluate_dev=false", "-o", "log_every=1",
+             "--no-progress"]
+
+
+class StandInGreedy(Decoder):
+    """The attention runs' default decoder, for as long as this checkout has none installed: a
+    plain greedy search through :class:`~asrkit.decoders.attention.AttentionNetworks`, so
+    that a run names a decoder that reads its outputs."""
+
+    name = "attention-beam"
+    description = "stand-in greedy search of attention runs (tests)"
+    reads = ATTENTION_OUTPUTS
+
+    def decode(self, logits: Any, lengths: Any, labels: Any) -> list[str]:
+        assert isinstance(logits, AttentionOutputs)
+        head, frames = logits.networks, np.asarray(logits.frames, np.float32)
+        lengths = np.asarray(lengths if lengths is not None else [frames.shape[1]] * len(frames))
+        tokens = np.full((len(frames), 1), head.eos, np.int32)
+        state, done = head.initial_state(frames, lengths), np.zeros(len(frames), bool)
+        for _ in range(int(frames.shape[1])):
+            log_probs, state = head.decode_step(frames, lengths, tokens, state)
+            best = np.where(done, head.eos, np.argmax(log_probs.numpy(), -1)).astype(np.int32)
+            done |= best == head.eos
+            tokens = np.concatenate([tokens, best[:, None]], axis=1)
+            if done.all():
+                break
+        return [labels.decode(int(t) for t in row[1:] if t != head.eos) for row in tokens]
+
+
+class StandInDecoders:
+    @hookimpl
+    def register_decoders(self, register: Any) -> None:
+        register(StandInGreedy())
+
+
+@pytest.fixture
+def home(datasets, monkeypatch, make_plugins):
+    """ASRKIT_HOME with the sample datasets, and the installed plugins with the attention
+    objective (its entry point is in this checkout's pyproject.toml, which the installed
+    distribution may predate) and, where none is installed, a stand-in for its decoder."""
+    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
+    registry = make_plugins(entry_points=True).registry
+    extra: list[Any] = []
+    if "attention" not in registry.names("objective"):
+        extra.append(attention_module)
+    if "attention-beam" not in registry.names("decoder"):
+        extra.append(StandInDecoders())
+    make_plugins(*extra, entry_points=True)
+    assert plugins.get("objective", "attention").outputs == ATTENTION_OUTPUTS
+    return datasets
+
+
+@pytest.mark.parametrize("objective", ["attention", "attention-las"])
+def test_accumulation_and_towers_make_the_update_of_the_larger_batch(objective):
+    """The brnn of tests/scripts/tiny_brnn_batch.py with a small attention decoder (joint CTC
+    at 0.3, label smoothing), clipped: the head's weights move as the encoder's do."""
+    check_one_update_of_the_larger_batch(objective)
+
+
+def test_a_stopped_attention_run_resumes_exactly(home, asrkit_cli, tmp_path):
+    """Stopped after 3 updates, mid-way through its first epoch (and after a whole number of
+    micro-batch pairs), and resumed to 6, a run ends as one run to 6 does."""
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    done = asrkit_cli(["train", *ATTENTION, "-o", "max_steps=6", "--run-dir", whole])
+    assert done.exit_code == 0, done.stderr[-3000:]
+    config = json.loads((whole / "config.json").read_text())
+    assert config["train"]["objective"] == "attention"
+    assert config["train"]["decoder"] == "attention-beam"
+    # The tiny preset's decoder (the objective's preset).
+    assert (config["objective"]["d_model"], config["objective"]["layers"]) == (16, 1)
+    stopped = asrkit_cli(["train", *ATTENTION, "-o", "max_steps=3", "--run-dir", parts])
+    assert stopped.exit_code == 0, stopped.stderr[-3000:]
+    _, state = networks_and_state(parts)
+    assert (state["global_step"], state["epoch"], state["step_in_epoch"]) == (3, 0, 6)
+    resumed = asrkit_cli(["train", "--resume", parts, "-o", "max_steps=6", "--no-progress"])
+    assert resumed.exit_code == 0, resumed.stderr[-3000:]
+
+    expected, expected_state = networks_and_state(whole)
+    got, got_state = networks_and_state(parts)
+    assert got_state["global_step"] == expected_state["global_step"] == 6
+    assert any(path.startswith("attention_head/block0/") for path in got)
+    assert any(path.startswith("attention_head/ctc_output/") for path in got)
+    assert got.keys() == expected.keys()
+    for path, value in expected.items():
+        np.testing.assert_allclose(got[path], value, rtol=1e-5, atol=1e-6, err_msg=path)
+    losses = step_losses(whole)
+    assert sorted(losses) == list(range(1, 7))
+    assert step_losses(parts) == pytest.approx(losses, rel=1e-5)
+
+
+@pytest.mark.parametrize("decoder", ["transformer", "las"])
+def test_a_mixed_bfloat16_run_trains_with_finite_losses(home, asrkit_cli, tmp_path, decoder):
+    """bfloat16 products in the encoder and the head (the loss in float32): the losses of a
+    short run are finite and positive, and its checkpoint's weights float32 and finite."""
+    run = tmp_path / "run"
+    result = asrkit_cli(["train", *ATTENTION, "-o", "precision=mixed_bfloat16",
+                         "-o", f"objective.decoder={decoder}", "-o", "max_steps=4",
+                         "--run-dir", run])
+    assert result.exit_code == 0, result.stderr[-3000:]
+    assert "precision: mixed_bfloat16" in result.stdout
+    losses = step_losses(run)
+    assert sorted(losses) == [1, 2, 3, 4]
+    assert all(math.isfinite(loss) and loss > 0 for loss in losses.values()), losses
+    weights, _ = networks_and_state(run)
+    head = {path: value for path, value in weights.items()
+            if path.startswith("attention_head/")}
+    assert head and all(value.dtype == np.float32 and np.isfinite(value).all()
+                        for value in head.values())
+
+
+def test_an_attention_run_is_evaluated_with_its_objectives_decoder(home, asrkit_cli, tmp_path):
+    """``asrkit evaluate`` of an attention run decodes with its objective's default decoder
+    (the installed one, or the stand-in's greedy search), which reads the frames with the head
+    that :meth:`AttentionObjective.decoder_inputs` hands it, and scores the loss."""
+    run = tmp_path / "run"
+    result = asrkit_cli(["train", *ATTENTION, "-o", "max_steps=2", "--run-dir", run])
+    assert result.exit_code == 0, result.stderr[-3000:]
+    evaluated = asrkit_cli(["evaluate", run, "--split", "dev", "--json", "-", "--no-progress"])
+    assert evaluated.exit_code == 0, evaluated.stderr[-3000:]
+    report = json.loads(evaluated.stdout)
+    assert report["decoder"] == "attention-beam" and report["utterances"] == 2
+    assert np.isfinite(report["loss"]) and report["loss"] > 0
