@@ -77,14 +77,14 @@ from asrkit.core.text import labels_from_json
 from asrkit.evaluation.restore import restore_model, restore_networks
 from asrkit.importing import outputs
 from asrkit.runs.run import Run, load_run
-from asrkit.serving import export_transducer, quantize
+from asrkit.serving import export_attention, export_transducer, quantize
 from asrkit.serving.export_onnx import OnnxModel, metadata, write_onnx
 from asrkit.serving.graph import (
-    PCM_SCALE,
     describe_module,
     greedy_labels,
     joins_symbols,
     make_logits_fn,
+    pcm_signatures,
     text_of,
 )
 
@@ -129,21 +129,23 @@ def serving_module(run: Run, model: keras.Model, with_text: bool = True) -> tf.M
 
     classes = run.labels  # (``labels`` below are a greedy path's)
     blank = classes.blank
-    float_pcm = [tf.TensorSpec([None], tf.float32, name="pcm")]
-    int16_pcm = [tf.TensorSpec([None], tf.int16, name="pcm")]
     logits_fn = make_logits_fn(run, model)
     if with_text:
         # Traced once and called by every signature: tracing the model costs about a second,
         # and the SavedModel then holds one copy of it instead of four. (The TFLite converter
         # cannot lower the LSTM's loop inside a function shared by several signatures, so for
         # TFLite each signature traces its own copy.)
-        logits_fn = tf.function(logits_fn, input_signature=float_pcm)
+        logits_fn = tf.function(logits_fn,
+                                input_signature=[tf.TensorSpec([None], tf.float32, name="pcm")])
 
     class Serving(tf.Module):
         def __init__(self) -> None:
             super().__init__(name="asrkit_serving")
             self.model_variables = [getattr(v, "value", v) for v in model.variables]
             describe_module(self, run)  # readable without asrkit: loaded.alphabet.numpy() ...
+            self._signatures = pcm_signatures(
+                self, "logits", lambda audio: {"logits": logits_fn(audio)}, self._transcribe,
+                with_text)
 
         def _transcribe(self, audio: tf.Tensor) -> dict[str, tf.Tensor]:
             labels = greedy_labels(logits_fn(audio), blank)
@@ -153,29 +155,10 @@ def serving_module(run: Run, model: keras.Model, with_text: bool = True) -> tf.M
                 out["text"] = text_of(characters, classes)
             return out
 
-        @tf.function(input_signature=float_pcm)
-        def logits(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
-            return {"logits": logits_fn(pcm)}
-
-        @tf.function(input_signature=float_pcm)
-        def transcribe(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
-            return self._transcribe(pcm)
-
-        @tf.function(input_signature=int16_pcm)
-        def logits_int16(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
-            return {"logits": logits_fn(tf.cast(pcm, tf.float32) / PCM_SCALE)}
-
-        @tf.function(input_signature=int16_pcm)
-        def transcribe_int16(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
-            return self._transcribe(tf.cast(pcm, tf.float32) / PCM_SCALE)
-
-        def signatures(self) -> dict[str, tf.types.experimental.PolymorphicFunction]:
-            functions = {"logits": self.logits, "transcribe": self.transcribe,
-                         "logits_int16": self.logits_int16,
-                         "transcribe_int16": self.transcribe_int16}
-            if with_text:
-                functions["serving_default"] = self.transcribe
-            return functions
+        def signatures(self) -> dict[str, Any]:
+            """``logits``, ``transcribe``, their ``*_int16`` and (SavedModel)
+            ``serving_default`` (:func:`asrkit.serving.graph.pcm_signatures`)."""
+            return dict(self._signatures)
 
     return Serving()
 
@@ -196,9 +179,10 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
 
     A run whose outputs are CTC logits exports with CTC's greedy decoding in the graph; a
     transducer run with the transducer's greedy search
-    (:mod:`asrkit.serving.export_transducer`). ``quantization`` (TFLite only) is one of
-    :data:`asrkit.serving.quantize.MODES`; a quantised export is verified by
-    :func:`verify_quantized` instead of to the float tolerance."""
+    (:mod:`asrkit.serving.export_transducer`); an attention encoder-decoder run with its
+    decoder's greedy search and steps (:mod:`asrkit.serving.export_attention`).
+    ``quantization`` (TFLite only) is one of :data:`asrkit.serving.quantize.MODES`; a quantised
+    export is verified by :func:`verify_quantized` instead of to the float tolerance."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     quantize.check_mode(fmt, quantization)
@@ -215,6 +199,8 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     try:
         if head is None:
             module = serving_module(run, model, with_text=True)
+        elif export_attention.exports_as_attention(run.objective):
+            module = export_attention.attention_module(run, model, head)
         else:
             module = export_transducer.transducer_module(
                 run, model, head, export_transducer.max_symbols_of(run))
@@ -224,7 +210,7 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
             _write_tflite(run, model, staging, head, quantization, calibration)
         else:
             write_onnx(run, model, staging)
-        meta = _metadata(run, fmt, checkpoint, state)
+        meta = _metadata(run, fmt, checkpoint, state, head)
         if fmt == "tflite":
             meta.update(quantize.metadata(
                 quantization, (staging / TFLITE_FILE).read_bytes(),
@@ -248,15 +234,19 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
 
 def load_networks(folder: str | Path, fmt: str, checkpoint: str = "best"
                   ) -> tuple[Run, keras.Model, keras.Model | None, dict[str, Any]]:
-    """The run in ``folder``, its model and the checkpoint's state, and the transducer's head
-    that the export's search calls (``None`` for a run whose outputs are CTC logits, whose export
-    reads the model alone). What ``fmt`` cannot hold, and an objective whose outputs neither
-    kind of export reads, is refused in one line before any weights load."""
+    """The run in ``folder``, its model and the checkpoint's state, and the objective's head
+    that the export's search calls, a transducer's or an attention encoder-decoder's (``None``
+    for a run whose outputs are CTC logits, whose export reads the model alone). What ``fmt``
+    cannot hold, and an objective whose outputs no kind of export reads, is refused in one line
+    before any weights load."""
     run = load_run(folder)
-    if not export_transducer.exports_as_transducer(run.objective):
+    if export_attention.exports_as_attention(run.objective):
+        export_attention.check_format(fmt)
+    elif export_transducer.exports_as_transducer(run.objective):
+        export_transducer.check_format(fmt)
+    else:
         model, state = restore_model(run, checkpoint)  # refuses other objectives' runs
         return run, model, None, state
-    export_transducer.check_format(fmt)
     return (run, *restore_networks(run, checkpoint))
 
 
@@ -384,11 +374,13 @@ def _write_tflite(run: Run, model: keras.Model, folder: Path, head: Any = None,
     (folder / TFLITE_FILE).write_bytes(flatbuffer)
 
 
-def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dict[str, Any]:
+def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any],
+              head: Any = None) -> dict[str, Any]:
     """``asrkit.json``: what the export is and holds. ``objective`` says which graph: ``ctc``
-    (logits and CTC's greedy decoding; exports older than the entry are these) or
+    (logits and CTC's greedy decoding; exports older than the entry are these),
     ``transducer`` (encoder frames and the transducer's greedy search, with its
-    ``max_symbols``)."""
+    ``max_symbols``) or ``attention`` (encoder frames, the attention decoder's greedy search
+    and its steps: :func:`asrkit.serving.export_attention.metadata`)."""
     signatures = ["logits", "transcribe", "logits_int16", "transcribe_int16"]
     meta = {
         "format": fmt,
@@ -415,6 +407,8 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any]) -> dic
         meta.update(metadata())
     if export_transducer.exports_as_transducer(run.objective):
         meta.update(export_transducer.metadata(export_transducer.max_symbols_of(run), fmt))
+    if export_attention.exports_as_attention(run.objective) and head is not None:
+        meta.update(export_attention.metadata(head))
     return meta
 
 
@@ -437,13 +431,16 @@ def verify_export(folder: Path, module: tf.Module) -> float:
     :data:`asrkit.serving.export_transducer.VERIFY_TOLERANCE`), and its ``transcribe`` must
     emit exactly the labels, at the same frames, that the checkpoint's greedy search
     (``module.checkpoint_tokens``, the ``transducer-greedy`` decoder's) emits on the checkpoint's
-    frames: the in-graph loop is checked against the decoder it repeats."""
+    frames: the in-graph loop is checked against the decoder it repeats. So is an attention
+    export's ``transcribe``, against the checkpoint head's greedy search
+    (``module.checkpoint_labels``)."""
     import numpy as np
 
     audio = verification_audio()
     exported = ExportedModel(folder)
     what, expected, got = _outputs(exported, module, audio)
     tolerance = (export_transducer.VERIFY_TOLERANCE if exported.is_transducer
+                 else export_attention.VERIFY_TOLERANCE if exported.is_attention
                  else VERIFY_TOLERANCE)
     difference = float(np.max(np.abs(got - expected))) if expected.size else 0.0
     if not math.isfinite(difference) or difference > tolerance:
@@ -455,6 +452,10 @@ def verify_export(folder: Path, module: tf.Module) -> float:
         if emitted != module.checkpoint_tokens(expected):
             raise ExportError("the export's greedy search emits other labels than the "
                               "checkpoint's transducer-greedy decoder on the same audio")
+    if exported.is_attention and (exported.transcribe_labels(audio).tolist()
+                                  != module.checkpoint_labels(expected)):
+        raise ExportError("the export's greedy search emits other labels than the "
+                          "checkpoint's attention decoder on the same audio")
     return difference
 
 
@@ -462,7 +463,7 @@ def _outputs(exported: ExportedModel, module: tf.Module, audio: np.ndarray
              ) -> tuple[str, np.ndarray, np.ndarray]:
     """What is compared on ``audio``: its name (``logits``, or a transducer's ``encoder
     frames``), the checkpoint graph's and the export's; an error if their shapes differ."""
-    if exported.is_transducer:
+    if exported.is_transducer or exported.is_attention:
         what = "encoder frames"
         expected, got = module.encode(audio)["frames"].numpy(), exported.encode(audio)
     else:
@@ -562,7 +563,10 @@ class ExportedModel:
 
     A transducer export (:attr:`is_transducer`) has no logits: ``encode(audio)`` gives its
     encoder frames, ``transcribe(audio)`` its text and ``transcribe_tokens(audio)`` the labels
-    of its in-graph greedy search with the frame of each."""
+    of its in-graph greedy search with the frame of each. Nor has an attention export
+    (:attr:`is_attention`): ``encode(audio)`` gives its encoder frames,
+    ``transcribe_labels(audio)`` the labels of its in-graph greedy search, and
+    :meth:`attention_networks` its decoder's steps, which asrkit's attention decoders call."""
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
@@ -600,10 +604,17 @@ class ExportedModel:
                 if marker is not None:
                     self.metadata["labels"] = {"symbols": symbols, "blank": len(symbols),
                                                "word_marker": marker.numpy().decode()}
-                objective = getattr(self._loaded, "objective", None)  # transducer exports
+                objective = getattr(self._loaded, "objective", None)  # transducer, attention
                 if objective is not None:
                     self.metadata["objective"] = objective.numpy().decode()
+                if self.is_transducer:
                     self.metadata["max_symbols"] = int(self._loaded.max_symbols.numpy())
+                if self.is_attention:
+                    self.metadata.update(
+                        has_ctc=bool(self._loaded.has_ctc.numpy()),
+                        eos=int(self._loaded.eos.numpy()),
+                        attention_decoder=self._loaded.attention_decoder.numpy().decode(),
+                        max_length_ratio=float(self._loaded.max_length_ratio.numpy()))
         self.labels: Labels = self._labels(folder)
 
     @property
@@ -612,11 +623,21 @@ class ExportedModel:
         ``asrkit.json``; exports without it are CTC's)."""
         return self.metadata.get("objective", "ctc") == "transducer"
 
-    def _require(self, transducer: bool, method: str) -> None:
-        if self.is_transducer != transducer:
-            what = ("a transducer export: it has no logits (encode gives its encoder frames, "
-                    "transcribe its labels)" if self.is_transducer else
-                    "a CTC export: it has logits, no encoder frames or label frames")
+    @property
+    def is_attention(self) -> bool:
+        """Whether the export holds an attention encoder-decoder's encoder, greedy search and
+        decoder steps (``objective`` ``attention``)."""
+        return self.metadata.get("objective", "ctc") == "attention"
+
+    def _require(self, objectives: tuple[str, ...], method: str) -> None:
+        objective = self.metadata.get("objective", "ctc")
+        if objective not in objectives:
+            what = {"transducer": "a transducer export: it has no logits (encode gives its "
+                                  "encoder frames, transcribe its labels)",
+                    "attention": "an attention export: it has no logits (encode gives its "
+                                 "encoder frames, transcribe its labels, no label frames)",
+                    }.get(objective, "a CTC export: it has logits, no encoder frames or "
+                                     "label frames")
             raise ExportError(f"{self.path} is {what}; {method}() cannot read it")
 
     def _labels(self, folder: Path) -> Labels:
@@ -641,12 +662,13 @@ class ExportedModel:
 
     def logits(self, audio: np.ndarray) -> np.ndarray:
         """A CTC export's logits ``[frames', classes]`` (the blank last)."""
-        self._require(False, "logits")
+        self._require(("ctc",), "logits")
         return self._run("logits", audio)["logits"]
 
     def encode(self, audio: np.ndarray) -> np.ndarray:
-        """A transducer export's encoder frames ``[frames', joint_dim]``."""
-        self._require(True, "encode")
+        """A transducer export's encoder frames ``[frames', joint_dim]``, or an attention
+        export's ``[frames', d_model]``."""
+        self._require(("transducer", "attention"), "encode")
         return self._run("encode", audio)["frames"]
 
     def transcribe_tokens(self, audio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -654,7 +676,7 @@ class ExportedModel:
         and the output frame each was emitted at (int32 ``[n]``), which word times read."""
         import numpy as np
 
-        self._require(True, "transcribe_tokens")
+        self._require(("transducer",), "transcribe_tokens")
         out = self._run("transcribe", audio)
         return (np.asarray(out["labels"], np.int32).reshape(-1),
                 np.asarray(out["frames"], np.int32).reshape(-1))
@@ -667,3 +689,19 @@ class ExportedModel:
             text = out["text"]
             return text.decode() if isinstance(text, bytes) else str(text)
         return self.labels.decode(int(label) for label in out["labels"])
+
+    def transcribe_labels(self, audio: np.ndarray) -> np.ndarray:
+        """An attention export's in-graph greedy search: the labels it emits (int32 ``[n]``)."""
+        import numpy as np
+
+        self._require(("attention",), "transcribe_labels")
+        return np.asarray(self._run("transcribe", audio)["labels"], np.int32).reshape(-1)
+
+    def attention_networks(self) -> export_attention.ExportedAttentionNetworks:
+        """An attention SavedModel's decoder steps as an
+        :class:`~asrkit.decoders.attention.AttentionNetworks` that asrkit's attention
+        decoders call (:class:`~asrkit.serving.export_attention.ExportedAttentionNetworks`)."""
+        self._require(("attention",), "attention_networks")
+        return export_attention.ExportedAttentionNetworks(
+            self._loaded, int(self.metadata.get("eos", self.labels.blank)),
+            bool(self.metadata.get("has_ctc", False)))

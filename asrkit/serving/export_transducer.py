@@ -41,7 +41,7 @@ from asrkit.decoders.transducer import (
     TransducerGreedyConfig,
     greedy_search,
 )
-from asrkit.serving.graph import PCM_SCALE, describe_module, make_logits_fn, text_of
+from asrkit.serving.graph import describe_module, make_logits_fn, pcm_signatures, text_of
 from asrkit.types import Objective
 
 if TYPE_CHECKING:
@@ -147,11 +147,10 @@ def transducer_module(run: Run, model: keras.Model, head: Any, max_symbols: int,
     import tensorflow as tf
 
     labels_of_run = run.labels
-    float_pcm = [tf.TensorSpec([None], tf.float32, name="pcm")]
-    int16_pcm = [tf.TensorSpec([None], tf.int16, name="pcm")]
     encode_fn = make_logits_fn(run, model)
     if with_text:  # traced once for every signature (see serving_module)
-        encode_fn = tf.function(encode_fn, input_signature=float_pcm)
+        encode_fn = tf.function(encode_fn,
+                                input_signature=[tf.TensorSpec([None], tf.float32, name="pcm")])
 
     class Serving(tf.Module):
         def __init__(self) -> None:
@@ -161,6 +160,9 @@ def transducer_module(run: Run, model: keras.Model, head: Any, max_symbols: int,
             describe_module(self, run)
             self.objective = tf.Variable("transducer", trainable=False, name="objective")
             self.max_symbols = tf.Variable(max_symbols, trainable=False, name="max_symbols")
+            self._signatures = pcm_signatures(
+                self, "encode", lambda audio: {"frames": encode_fn(audio)}, self._transcribe,
+                with_text)
 
         def _transcribe(self, audio: tf.Tensor) -> dict[str, tf.Tensor]:
             labels, frames = greedy_tokens(head, encode_fn(audio), max_symbols)
@@ -170,29 +172,10 @@ def transducer_module(run: Run, model: keras.Model, head: Any, max_symbols: int,
                 out["text"] = text_of(characters, labels_of_run)
             return out
 
-        @tf.function(input_signature=float_pcm)
-        def encode(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
-            return {"frames": encode_fn(pcm)}
-
-        @tf.function(input_signature=float_pcm)
-        def transcribe(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
-            return self._transcribe(pcm)
-
-        @tf.function(input_signature=int16_pcm)
-        def encode_int16(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
-            return {"frames": encode_fn(tf.cast(pcm, tf.float32) / PCM_SCALE)}
-
-        @tf.function(input_signature=int16_pcm)
-        def transcribe_int16(self, pcm: tf.Tensor) -> dict[str, tf.Tensor]:
-            return self._transcribe(tf.cast(pcm, tf.float32) / PCM_SCALE)
-
-        def signatures(self) -> dict[str, tf.types.experimental.PolymorphicFunction]:
-            functions = {"encode": self.encode, "transcribe": self.transcribe,
-                         "encode_int16": self.encode_int16,
-                         "transcribe_int16": self.transcribe_int16}
-            if with_text:
-                functions["serving_default"] = self.transcribe
-            return functions
+        def signatures(self) -> dict[str, Any]:
+            """``encode``, ``transcribe``, their ``*_int16`` and (SavedModel)
+            ``serving_default`` (:func:`asrkit.serving.graph.pcm_signatures`)."""
+            return dict(self._signatures)
 
         def checkpoint_tokens(self, frames: np.ndarray) -> list[Token]:
             """The checkpoint's own greedy search (the ``transducer-greedy`` decoder's) on

@@ -8,7 +8,7 @@ variables that let a SavedModel be read without its ``asrkit.json``."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from asrkit.core.frames import SAMPLE_RATE, check_sample_rate, frame_seconds
 from asrkit.core.text import Alphabet
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from asrkit.core.labels import Labels
     from asrkit.runs.run import Run
 
+#: What an export's signature computes of one utterance's PCM: its outputs by name.
+Fn = Callable[["tf.Tensor"], dict[str, "tf.Tensor"]]
 #: int16 PCM to [-1, 1): the scale the training pipeline uses (``asrkit.dataset.shards.parse``);
 #: the ``*_int16`` signatures divide by it in the graph.
 PCM_SCALE = 32768.0
@@ -104,3 +106,40 @@ def describe_module(module: tf.Module, run: Run) -> None:
         dtype=tf.float32, name="frame_seconds")
     module.sample_rate = tf.Variable(SAMPLE_RATE, trainable=False, name="sample_rate")
     module._symbols = tf.constant(list(labels.symbols))
+
+
+def pcm_signatures(module: tf.Module, outputs: str, outputs_fn: Fn, transcribe_fn: Fn,
+                   with_text: bool = True) -> dict[str, Any]:
+    """The signatures every export has, made once for all kinds (CTC's, the transducer's, the
+    attention encoder-decoder's): ``OUTPUTS`` (``outputs_fn``'s dict: ``logits``, or
+    ``encode``'s frames) and ``transcribe`` (``transcribe_fn``'s) of float32 ``pcm`` in [-1, 1],
+    ``OUTPUTS_int16`` and ``transcribe_int16`` of int16 ``pcm`` (divided by
+    :data:`PCM_SCALE` in the graph), and with ``with_text`` (a SavedModel, not TFLite)
+    ``serving_default``, the float ``transcribe``.
+
+    Each is a ``tf.function`` set on ``module`` under its name (so that the module, the
+    checkpoint's graph, can be called as the export is: ``module.transcribe(audio)``); the
+    returned dict is what :func:`tf.saved_model.save` takes as ``signatures``."""
+    import tensorflow as tf
+
+    float_pcm = [tf.TensorSpec([None], tf.float32, name="pcm")]
+    int16_pcm = [tf.TensorSpec([None], tf.int16, name="pcm")]
+
+    def of_float(fn: Fn) -> Fn:
+        def from_float(pcm: tf.Tensor) -> dict[str, tf.Tensor]:  # the signature's input: pcm
+            return fn(pcm)
+        return tf.function(from_float, input_signature=float_pcm)
+
+    def of_int16(fn: Fn) -> Fn:
+        def from_int16(pcm: tf.Tensor) -> dict[str, tf.Tensor]:
+            return fn(tf.cast(pcm, tf.float32) / PCM_SCALE)
+        return tf.function(from_int16, input_signature=int16_pcm)
+
+    functions = {outputs: of_float(outputs_fn), "transcribe": of_float(transcribe_fn),
+                 f"{outputs}_int16": of_int16(outputs_fn),
+                 "transcribe_int16": of_int16(transcribe_fn)}
+    for name, function in functions.items():
+        setattr(module, name, function)
+    if with_text:
+        functions["serving_default"] = functions["transcribe"]
+    return functions
