@@ -71,6 +71,7 @@ from asrkit.config.overrides import DecoderChoice
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
 from asrkit.dataset.audio import SOX_TYPES, AudioError, decode
+from asrkit.decoders.attention import ATTENTION_OUTPUTS, AttentionOutputs
 from asrkit.decoders.prefix import log_softmax
 from asrkit.evaluation.restore import restore_networks
 from asrkit.objectives.ctc import CTCObjective
@@ -270,10 +271,16 @@ class ExportRecognizer(Recognizer):
     A CTC export's logits are decoded by any CTC decoder. A transducer export holds its own
     greedy search, with its ``max_symbols``, and no networks asrkit's decoders could call: it
     is decoded by that search alone (its ``transcribe``), as the ``transducer-greedy``
-    decoder; another decoder, or other settings, is refused in one line."""
+    decoder; another decoder, or other settings, is refused in one line.
+
+    An attention export holds its decoder's steps
+    (:mod:`asrkit.serving.export_attention`): its encoder frames are handed to the attention
+    decoders (``attention-beam``, ``attention-greedy``; by default its run's) with those steps
+    as the networks they call, so they decode the export as they decode the run."""
 
     def __init__(self, path: str | Path) -> None:
         self._export = ExportedModel(path)
+        self._networks: Any = None
         meta = self._export.metadata
         self.labels = self._export.labels
         self.frame_seconds = float(meta["frame_seconds"])
@@ -282,19 +289,33 @@ class ExportRecognizer(Recognizer):
         if self._export.is_transducer:
             self.default_decoder = TRANSDUCER_GREEDY
             self.default_decoder_config = {"max_symbols": int(meta["max_symbols"])}
+        if self._export.is_attention:
+            self._networks = self._export.attention_networks()
 
     def logits(self, audio: np.ndarray) -> np.ndarray:
-        """A CTC export's logits, or a transducer export's encoder frames."""
-        if self._export.is_transducer:
+        """A CTC export's logits, or a transducer's or an attention export's encoder frames."""
+        if self._export.is_transducer or self._export.is_attention:
             return self._export.encode(audio)
         return self._export.logits(audio)
 
+    def decoder_inputs(self, outputs: np.ndarray) -> Any:
+        if self._export.is_attention:
+            return AttentionOutputs(outputs, self._networks)
+        return outputs
+
     def check_ctc(self, what: str) -> None:
-        if self._export.is_transducer:
+        if self._export.is_transducer or self._export.is_attention:
+            kind = "a transducer" if self._export.is_transducer else "an attention"
             raise AsrkitError(f"{what} reads a model's outputs as CTC logits; "
-                              f"{self._export.path} is a transducer export, which has none")
+                              f"{self._export.path} is {kind} export, which has none")
 
     def check_decoder(self, decoder: Decoder) -> None:
+        if self._export.is_attention:
+            if decoder.reads != ATTENTION_OUTPUTS:
+                raise AsrkitError(f"{self._export.path} is an attention export, decoded by the "
+                                  f"attention decoders, not by the {decoder.name} decoder "
+                                  f"(it reads {decoder.reads})")
+            return
         if not self._export.is_transducer:
             super().check_decoder(decoder)
             return
