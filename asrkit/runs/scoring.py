@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from asrkit.core.bootstrap import LEVEL, SAMPLES, SEED, Interval, rate_interval
 from asrkit.core.labels import Labels
-from asrkit.core.metrics import Score, corpus_score, score
+from asrkit.core.metrics import Score, score
 from asrkit.core.settings import format_value, to_dict
 from asrkit.objectives.ctc import CTCObjective
 from asrkit.types import AcousticModel, Decoder, ModelSpec, Objective
@@ -111,6 +111,9 @@ class Evaluation:
             "intervals": {"level": LEVEL, "samples": SAMPLES, "seed": SEED,
                           **{k: v.to_json() for k, v in intervals.items()}},
             "word_errors": self.total.word_errors, "words": self.total.words,
+            "word_substitutions": self.total.word_substitutions,
+            "word_deletions": self.total.word_deletions,
+            "word_insertions": self.total.word_insertions,
             "char_errors": self.total.char_errors, "chars": self.total.chars,
             "samples": {k: [row(u) for u in v] for k, v in self.samples().items()},
             "results": [row(u) for u in self.utterances],
@@ -123,7 +126,10 @@ class Evaluation:
                  + "".join(f", {k}={v}" for k, v in self.decoder_changed.items()) + ")",
                  f"  {LEVEL:.0%} bootstrap interval: WER {intervals['wer'].low:.2%} to "
                  f"{intervals['wer'].high:.2%}, CER {intervals['cer'].low:.2%} to "
-                 f"{intervals['cer'].high:.2%}"]
+                 f"{intervals['cer'].high:.2%}",
+                 f"  word errors: {self.total.word_substitutions} substituted, "
+                 f"{self.total.word_deletions} deleted, {self.total.word_insertions} inserted "
+                 f"(of {self.total.words} words)"]
         if self.checkpoint:
             chosen = self.checkpoint.get("best_by")
             lines.insert(0, f"checkpoint: {self.checkpoint['kind']} "
@@ -200,19 +206,20 @@ def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Decoder, alphabet: 
                    progress: bool = True) -> Evaluation:
     """Decode and score the model's outputs on every batch of a split."""
     results = []
+    total = Score(0, 0, 0, 0)
     bar = tqdm(desc=f"evaluate {split}", unit="utt", disable=not progress, leave=False)
     for out in outputs:
         hypotheses = decoder.decode(out.logits, out.lengths, alphabet)
         for uid, ref, hyp, loss in zip(out.ids, out.references, hypotheses, out.losses,
                                        strict=True):
             s = score(ref, hyp)
+            total = total + s
             results.append(UtteranceResult(uid, ref, hyp, float(loss), s.wer, s.cer,
                                            s.word_errors, s.words, s.char_errors, s.chars))
         bar.update(len(out.ids))
     bar.close()
     results.sort(key=lambda u: u.id)
     finite = [u.loss for u in results if math.isfinite(u.loss)]
-    total = corpus_score([u.reference for u in results], [u.hypothesis for u in results])
     settings, changed = describe_decoder(decoder)
     return Evaluation(split, decoder.name, sum(finite) / max(1, len(finite)), total, results,
                       decoder_settings=settings, decoder_changed=changed)
