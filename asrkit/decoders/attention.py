@@ -219,17 +219,17 @@ class AttentionDecoder(Decoder):
     reads = ATTENTION_OUTPUTS
 
     def decode(self, logits: Any, lengths: Any, labels: Labels) -> Decoded[str]:
-        _, found = self.best(logits, lengths, labels)
+        _, found = self._best(logits, lengths, labels)
         return Decoded([labels.decode(tokens) for tokens in found], found.hit_length_limit)
 
     def decode_tokens(self, outputs: Any, lengths: Any, labels: Labels) -> Decoded[list[Token]]:
         """Each utterance's labels and a frame each (:meth:`_Batch.tokens`); the utterances
         cut by the length limit in ``hit_length_limit``."""
-        batch, found = self.best(outputs, lengths, labels)
+        batch, found = self._best(outputs, lengths, labels)
         return Decoded(batch.tokens(found), found.hit_length_limit)
 
-    def best(self, outputs: Any, lengths: Any,
-             labels: Labels) -> tuple[_Batch, Decoded[list[int]]]:
+    def _best(self, outputs: Any, lengths: Any,
+              labels: Labels) -> tuple[_Batch, Decoded[list[int]]]:
         """The batch as read, and each utterance's best labels."""
         raise NotImplementedError
 
@@ -282,8 +282,8 @@ class AttentionGreedyDecoder(AttentionDecoder):
     description = "Attention decoder, greedy: its best label a step until it ends."
     Config = AttentionGreedyConfig
 
-    def best(self, outputs: Any, lengths: Any,
-             labels: Labels) -> tuple[_Batch, Decoded[list[int]]]:
+    def _best(self, outputs: Any, lengths: Any,
+              labels: Labels) -> tuple[_Batch, Decoded[list[int]]]:
         batch = _Batch(self.name, outputs, lengths, self.config.max_length_ratio, False)
         found, cut = greedy_search(batch)
         return batch, Decoded(found, cut)
@@ -394,8 +394,8 @@ class AttentionBeamDecoder(AttentionDecoder):
         runs overrides this."""
         return None
 
-    def best(self, outputs: Any, lengths: Any,
-             labels: Labels) -> tuple[_Batch, Decoded[list[int]]]:
+    def _best(self, outputs: Any, lengths: Any,
+              labels: Labels) -> tuple[_Batch, Decoded[list[int]]]:
         batch, found = self._search(outputs, lengths, labels)
         return batch, Decoded([list(hyps[0].tokens) for hyps in found],
                               [row for row, hyps in enumerate(found) if hyps[0].cut])

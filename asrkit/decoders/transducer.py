@@ -106,9 +106,9 @@ class _Steps:
     def predict(self, tokens: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         import numpy as np
 
-        predicted, state = self._predict(np.asarray(tokens, np.int32),
+        predicted, after = self._predict(np.asarray(tokens, np.int32),
                                          np.asarray(state, np.float32))
-        return predicted.numpy(), state.numpy()
+        return predicted.numpy(), after.numpy()
 
     def joint(self, frames: np.ndarray, predicted: np.ndarray) -> np.ndarray:
         import numpy as np
