@@ -402,6 +402,9 @@ def test_a_ctc_weight_without_a_ctc_output_is_refused_in_one_line():
                                   "has no CTC output: set decoder.ctc_weight=0")
     assert AttentionBeamDecoder().with_config(ctc_weight=0.0).decode(outputs, np.array([4]),
                                                                      LABELS)
+    nothing = outputs_of(random_table(12, batch=1, steps=2)[:0], 4)
+    for decoder in (AttentionGreedyDecoder(), AttentionBeamDecoder().with_config(ctc_weight=0)):
+        assert decoder.decode(nothing, np.zeros(0), LABELS) == []
 
 
 @pytest.mark.parametrize("decoder", [AttentionGreedyDecoder(), AttentionBeamDecoder()],

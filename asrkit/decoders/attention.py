@@ -6,6 +6,20 @@ weight above 0, a CTC output layer on the same frames. The decoders here read
 :class:`AttentionOutputs` (a batch's frames with that head, what
 :meth:`asrkit.objectives.attention.AttentionObjective.decoder_inputs` hands them) and call the
 head through :class:`AttentionNetworks`, a protocol any attention objective's head can meet.
+
+- ``attention-greedy``: the attention decoder alone, its most likely label a step until it emits
+  the end symbol, the whole batch in one ``decode_step`` call a step.
+- ``attention-beam``: the one-pass joint CTC/attention beam search of Watanabe et al. 2017 as
+  ESPnet runs it (:class:`AttentionBeamDecoder`): every hypothesis of every utterance of the
+  batch in one ``decode_step`` call a step, scored by the decoder and the CTC prefix score
+  (:mod:`asrkit.core.ctc_prefix`), with a word language model fused in through the prefix
+  search's :class:`~asrkit.decoders.scoring.WordScorer` as the transducer's beam search fuses
+  one (:meth:`AttentionBeamDecoder.make_scorer`).
+
+Both stop a hypothesis at ``max_length_ratio`` labels an encoder frame, and say which
+utterances' transcripts that cut (:class:`Decoded`'s ``hit_length_limit``). Both give each
+label a frame (``decode_tokens``), which word times read: where the CTC output most likely
+first emits it, or, without a CTC output, spread evenly over the utterance.
 """
 
 from __future__ import annotations
