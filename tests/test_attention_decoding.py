@@ -360,6 +360,45 @@ def test_a_word_scorer_is_fused_into_the_beam():
                for h in hyps)
 
 
+class Known(WordScorer):
+    """Knows one word, "ab", scores every word 0, and penalises an unfinished word that
+    starts no word it knows."""
+
+    vocabulary = frozenset({"ab"})
+    partial_penalty = -3.0
+
+    def start(self):
+        return ()
+
+    def score_word(self, state, word):
+        return 0.0, state
+
+    def score_end(self, state):
+        return 0.0
+
+
+class KnownBeam(AttentionBeamDecoder):
+    def make_scorer(self, labels):
+        return Known()
+
+
+def test_the_partial_word_penalty_steers_the_beam_toward_known_words():
+    """At width 1 the decoder's "b" (0.55) beats "a" (0.44); "b" starts no known word, so
+    with the penalty the beam takes "a", then "b" (0.6), and ends the known word "ab"; the
+    penalty leaves no trace on the finished hypothesis."""
+    table = np.full((1, 3, EOS + 1, EOS + 1), np.log(0.01))
+    table[..., EOS] = np.log(0.97)
+    table[0, 0, EOS] = np.log([0.44, 0.55, 0.005, 0.005])
+    table[0, 1, 0] = np.log([0.1, 0.6, 0.0001, 0.3])
+    outputs, lengths = outputs_of(log_normalised(table), 4), np.array([4])
+    plain = AttentionBeamDecoder().with_config(beam_width=1, ctc_weight=0.0)
+    known = KnownBeam().with_config(beam_width=1, ctc_weight=0.0)
+    assert plain.decode(outputs, lengths, LABELS) == ["b"]
+    (best,), = known.decode_nbest(outputs, lengths, LABELS)
+    assert best.text == "ab" and best.lm == 0.0
+    assert best.score == pytest.approx(sequence_log_prob(log_normalised(table), 0, (0, 1)))
+
+
 # -- frames, refusals, registration -----------------------------------------------------------
 
 
