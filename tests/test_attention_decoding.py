@@ -42,8 +42,9 @@ class Scripted:
     """A head meeting :class:`~asrkit.decoders.attention.AttentionNetworks` from tables: the
     decoder's next-label log-probabilities are ``table[utterance, step, last label]`` (the
     utterance is read from its frames, whose every value is its index; steps past the table
-    repeat its last), and the CTC output's are ``ctc`` (or there is none). TensorFlow ops on
-    constants, so that the decoders' ``tf.function`` traces them as it would a real head."""
+    repeat its last), and the CTC output's are ``ctc[utterance]`` (or there is none).
+    TensorFlow ops on constants, so that the decoders' ``tf.function`` traces them as it would
+    a real head."""
 
     def __init__(self, table: np.ndarray, ctc: np.ndarray | None = None) -> None:
         self.table = tf.constant(table, tf.float32)  # [utterances, steps, classes, classes]
@@ -52,7 +53,7 @@ class Scripted:
         self.ctc = None if ctc is None else tf.constant(ctc, tf.float32)
 
     def ctc_log_probs(self, frames):
-        return self.ctc
+        return tf.gather(self.ctc, tf.cast(frames[:, 0, 0], tf.int32))
 
     def initial_state(self, frames, lengths):
         return tf.zeros([tf.shape(frames)[0], 1])
@@ -307,6 +308,19 @@ def test_nbest_lists_are_sorted_distinct_and_score_the_joint_probability():
             assert hyp.acoustic == pytest.approx(expected, abs=1e-4)
             assert hyp.score == pytest.approx(expected / (len(labels) + 1), abs=1e-4)
     assert [h[0].text for h in nbest] == beam.decode(outputs, lengths, LABELS)
+
+
+def test_a_wide_search_takes_fewer_utterances_at_once_and_finds_the_same(monkeypatch):
+    rng = np.random.default_rng(13)
+    table = random_table(14, batch=5, steps=6)
+    ctc = log_normalised(2.0 * rng.normal(size=(5, 7, EOS + 1)))
+    outputs, lengths = outputs_of(table, 7, ctc), np.array([7, 5, 6, 7, 2])
+    beam = AttentionBeamDecoder().with_config(beam_width=3, ctc_weight=0.5)
+    whole = beam.decode_nbest(outputs, lengths, LABELS)
+    tokens = beam.decode_tokens(outputs, lengths, LABELS)
+    monkeypatch.setattr(attention, "CTC_CELLS", 2 * 7 * 3 * 4)  # two utterances at once
+    assert beam.decode_nbest(outputs, lengths, LABELS) == whole
+    assert beam.decode_tokens(outputs, lengths, LABELS) == tokens
 
 
 # -- a word language model ------------------------------------------------------------------------

@@ -168,10 +168,10 @@ class _AttentionSteps:
 
 class _Batch:
     """One batch as the searches read it: the frames as tensors (converted once), the
-    lengths, each utterance's label limit, and the CTC output when there is one."""
+    lengths, each utterance's label limit, and the CTC output's prefix scores once read."""
 
-    def __init__(self, decoder: str, outputs: Any, lengths: Any, max_length_ratio: float,
-                 need_ctc: bool) -> None:
+    def __init__(self, decoder: str, outputs: Any, lengths: Any,
+                 max_length_ratio: float) -> None:
         import numpy as np
         import tensorflow as tf
 
@@ -186,8 +186,12 @@ class _Batch:
         self.frame_lengths = tf.convert_to_tensor(self.lengths.astype(np.int32))
         #: The most labels an utterance's hypothesis may emit (ESPnet's ``maxlen``: at least 1).
         self.limits = np.maximum(1, np.floor(max_length_ratio * self.lengths)).astype(np.int64)
+        #: The CTC output's prefix scores, once :meth:`read_ctc` has read them.
         self.ctc: CTCPrefixScorer | None = None
-        if need_ctc and self.size:
+
+    def read_ctc(self) -> None:
+        """Score the batch's CTC output once, for prefix scores and label frames."""
+        if self.ctc is None and self.size:
             self.ctc = CTCPrefixScorer(self.steps.ctc_log_probs(self.frames), self.lengths,
                                        self.steps.eos)
 
@@ -202,9 +206,8 @@ class _Batch:
         """Each utterance's labels with a frame each: the frame the CTC output most likely
         first emits it at (:meth:`CTCPrefixScorer.first_frames`), else (no CTC output, or
         labels it cannot spell in the frames) spread evenly over the utterance."""
-        if self.ctc is None and self.steps.has_ctc and any(found):
-            self.ctc = CTCPrefixScorer(self.steps.ctc_log_probs(self.frames), self.lengths,
-                                       self.steps.eos)
+        if self.steps.has_ctc and any(found):
+            self.read_ctc()
         aligned = (self.ctc.first_frames(found) if self.ctc is not None
                    else [None] * len(found))
         out = []
@@ -298,7 +301,7 @@ class AttentionGreedyDecoder(AttentionDecoder):
 
     def _best(self, outputs: Any, lengths: Any,
               labels: Labels) -> tuple[_Batch, Decoded[list[int]]]:
-        batch = _Batch(self.name, outputs, lengths, self.config.max_length_ratio, False)
+        batch = _Batch(self.name, outputs, lengths, self.config.max_length_ratio)
         found, cut = greedy_search(batch)
         return batch, Decoded(found, cut)
 
@@ -335,6 +338,10 @@ class AttentionBeamConfig:
         validate(self)
 
 
+#: The most cells (frames x hypotheses x candidate labels) of a batch's CTC prefix scores at
+#: once: each of the few arrays of a step's scores is 8 bytes a cell, 128 MB at this size. A wider
+#: beam searches fewer utterances side by side (at width 10 and 300 frames, 372).
+CTC_CELLS = 1 << 24
 #: End detection looks at the hypotheses ended at this many last lengths (ESPnet's ``M``).
 END_LENGTHS = 3
 
@@ -430,16 +437,30 @@ class AttentionBeamDecoder(AttentionDecoder):
     def _search(self, outputs: Any, lengths: Any,
                 labels: Labels) -> tuple[_Batch, list[list[_Ended]]]:
         """Each utterance's ended hypotheses, best first (at least one each)."""
+        import numpy as np
+
         config = self.config
         weight = config.ctc_weight
         inputs = _inputs(outputs, self.name)
         if weight > 0 and not inputs.networks.has_ctc:
             raise AsrkitError(f"the {self.name} decoder's ctc_weight is {weight:g} and this run "
                               "has no CTC output: set decoder.ctc_weight=0")
-        batch = _Batch(self.name, inputs, lengths, config.max_length_ratio, weight > 0)
+        batch = _Batch(self.name, inputs, lengths, config.max_length_ratio)
         ended: list[list[_Ended]] = [[] for _ in range(batch.size)]
-        if batch.size:
-            _Search(self, batch, labels, ended).run()
+        # Utterances side by side, as many as keep the CTC prefix score's arrays (frames x
+        # hypotheses x candidates) within CTC_CELLS.
+        candidates = (labels.num_classes if weight in (0, 1)
+                      else min(labels.num_classes, int(config.pre_beam_ratio * config.beam_width)))
+        cells = int(np.shape(inputs.frames)[1]) * config.beam_width * candidates
+        step = max(1, batch.size if weight == 0 else CTC_CELLS // max(1, cells))
+        for start in range(0, batch.size, step):
+            part = slice(start, start + step)
+            searched = batch if step >= batch.size else _Batch(
+                self.name, AttentionOutputs(inputs.frames[part], inputs.networks),
+                batch.lengths[part], config.max_length_ratio)
+            if weight > 0:
+                searched.read_ctc()
+            _Search(self, searched, labels, ended[part]).run()
         return batch, [sorted(hyps, key=self._rank, reverse=True) or [_Ended((), LOG_ZERO, 0.0,
                                                                               False)]
                        for hyps in ended]
