@@ -397,12 +397,14 @@ class AttentionBeamDecoder(AttentionDecoder):
     when the hypothesis ends. The CTC output keeps the decoder from ending early or looping,
     the decoder gives the CTC output context.
 
-    A step: the attention decoder's ``pre_beam`` best labels of each hypothesis (and the end
-    symbol when it ends) are scored with the CTC output; each hypothesis' ``beam_width``
-    best extensions, with a language model scoring the words they finish, compete for its
+    A step: the attention decoder's ``pre_beam_ratio x beam_width`` best labels of each
+    hypothesis (only the end symbol for one at its utterance's length limit) are scored with
+    the CTC output; each hypothesis' ``beam_width`` best extensions (with the partial-word
+    penalty), with a language model scoring the words they finish, compete for its
     utterance's ``beam_width`` places; those that chose the end symbol leave the beam for the
     ended ones. An utterance's search stops when no hypothesis is left, or at end detection
-    (``end_margin``). The ended hypotheses, best first, are the n-best list."""
+    (``end_margin``; ESPnet applies it only without a length limit, and looks two lengths
+    further back). The ended hypotheses, best first, are the n-best list."""
 
     name = "attention-beam"
     description = ("Attention decoder, joint CTC/attention beam search (ESPnet's one-pass "
