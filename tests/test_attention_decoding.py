@@ -447,14 +447,19 @@ def test_each_label_gets_a_frame_inside_its_utterance_in_order():
             assert frames == sorted(frames) and all(0 <= f < length for f in frames)
 
 
-def test_a_ctc_weight_without_a_ctc_output_is_refused_in_one_line():
+def test_without_a_ctc_output_the_joint_search_is_the_decoders_alone():
+    """A run trained without CTC is searched by its attention decoder alone at the default
+    ctc_weight (what it gives at ctc_weight=0); CTC alone (1) is refused in one line."""
     outputs = outputs_of(random_table(12, batch=1, steps=2), 4)
+    alone = AttentionBeamDecoder().with_config(ctc_weight=0.0)
+    default = AttentionBeamDecoder().decode_nbest(outputs, np.array([4]), LABELS)[0]
+    expected = alone.decode_nbest(outputs, np.array([4]), LABELS)[0]
+    assert [(h.text, h.score) for h in default] == [(h.text, h.score) for h in expected]
     with pytest.raises(AsrkitError) as refused:
-        AttentionBeamDecoder().decode(outputs, np.array([4]), LABELS)
-    assert str(refused.value) == ("the attention-beam decoder's ctc_weight is 0.3 and this run "
-                                  "has no CTC output: set decoder.ctc_weight=0")
-    assert AttentionBeamDecoder().with_config(ctc_weight=0.0).decode(outputs, np.array([4]),
-                                                                     LABELS)
+        AttentionBeamDecoder().with_config(ctc_weight=1.0).decode(outputs, np.array([4]), LABELS)
+    assert str(refused.value) == (
+        "the attention-beam decoder's ctc_weight is 1 (CTC alone) and this run has no CTC "
+        "output (trained with objective.ctc_weight=0): set decoder.ctc_weight below 1")
     nothing = outputs_of(random_table(12, batch=1, steps=2)[:0], 4)
     for decoder in (AttentionGreedyDecoder(), AttentionBeamDecoder().with_config(ctc_weight=0)):
         assert decoder.decode(nothing, np.zeros(0), LABELS) == []

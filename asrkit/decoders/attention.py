@@ -25,9 +25,9 @@ first emits it, or, without a CTC output, spread evenly over the utterance.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from asrkit import hookimpl
 from asrkit.core.ctc_prefix import LOG_ZERO, CTCPrefixScorer, PrefixStates
@@ -42,7 +42,7 @@ from asrkit.decoders.transducer import (
     steps_of,
     word_prefixes,
 )
-from asrkit.types import Decoder
+from asrkit.types import Decoded, Decoder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -98,26 +98,6 @@ class AttentionOutputs:
 
 
 # -- the decoders ---------------------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
-class Decoded(list[T]):
-    """What a decoder of this module returns: a list, one item per utterance, that also names
-    the utterances whose best hypothesis was cut by the length limit.
-
-    An attention decoder stops a hypothesis that has emitted ``max_length_ratio`` x its
-    utterance's frames labels without ending it (a decoder repeating itself, or a limit set
-    too low for the labels): its transcript is then incomplete or looping, which a caller
-    wants to report by utterance."""
-
-    #: The positions in the batch of the utterances whose returned transcript was cut.
-    hit_length_limit: list[int]
-
-    def __init__(self, items: Iterable[T] = (), hit_length_limit: Iterable[int] = ()) -> None:
-        super().__init__(items)
-        self.hit_length_limit = list(hit_length_limit)
-
 
 class _AttentionSteps:
     """The head's calls compiled once per head (a ``tf.function`` each), numpy out. A step
@@ -311,8 +291,8 @@ class AttentionBeamConfig:
     #: Hypotheses kept a step per utterance (ended ones leave the beam, as in ESPnet).
     beam_width: int = setting(10, min=1, max=1000)
     #: The CTC prefix score's weight in a hypothesis' score, the attention decoder's is
-    #: 1 - it: 0 the decoder alone, 1 the CTC output alone. Above 0 the run needs a CTC
-    #: output (trained with the objective's ctc_weight above 0).
+    #: 1 - it: 0 the decoder alone, 1 the CTC output alone. A run trained without a CTC
+    #: output (objective.ctc_weight=0) is searched with the decoder alone; 1 needs one.
     ctc_weight: float = setting(0.3, min=0.0, max=1.0)
     #: The labels a hypothesis is extended by are the attention decoder's best
     #: beam_width x this, before the CTC output scores them (ESPnet's pre-beam: the CTC
@@ -441,12 +421,17 @@ class AttentionBeamDecoder(AttentionDecoder):
         """Each utterance's ended hypotheses, best first (at least one each)."""
         import numpy as np
 
-        config = self.config
-        weight = config.ctc_weight
         inputs = _inputs(outputs, self.name)
-        if weight > 0 and not inputs.networks.has_ctc:
-            raise AsrkitError(f"the {self.name} decoder's ctc_weight is {weight:g} and this run "
-                              "has no CTC output: set decoder.ctc_weight=0")
+        decoder = self
+        if self.config.ctc_weight and not inputs.networks.has_ctc:
+            if self.config.ctc_weight == 1:
+                raise AsrkitError(f"the {self.name} decoder's ctc_weight is 1 (CTC alone) and "
+                                  "this run has no CTC output (trained with objective."
+                                  "ctc_weight=0): set decoder.ctc_weight below 1")
+            # A run trained without CTC: the joint search is the attention decoder's alone.
+            decoder = self.with_config(ctc_weight=0.0)
+        config = decoder.config
+        weight = config.ctc_weight
         batch = _Batch(self.name, inputs, lengths, config.max_length_ratio)
         ended: list[list[_Ended]] = [[] for _ in range(batch.size)]
         # Utterances side by side, as many as keep the CTC prefix score's arrays (frames x
@@ -462,7 +447,7 @@ class AttentionBeamDecoder(AttentionDecoder):
                 batch.lengths[part], config.max_length_ratio)
             if weight > 0:
                 searched.read_ctc()
-            _Search(self, searched, labels, ended[part]).run()
+            _Search(decoder, searched, labels, ended[part]).run()
         return batch, [sorted(hyps, key=self._rank, reverse=True) or [_Ended((), LOG_ZERO, 0.0,
                                                                               False)]
                        for hyps in ended]
