@@ -15,8 +15,10 @@
 4. Breaks each test set's CER down by voice (the corpus plan's voice of every utterance), so
    that one voice the model cannot hear shows instead of hiding in the mean.
 
-Prints a table and writes JSON (``--json``): CER and WER per test set, steps, epochs, seconds
-per step and the training process's peak resident memory, at each time. ``--beam`` also scores
+Prints a table and writes JSON (``--json``): CER and WER per test set (with the words deleted
+and inserted, which show a decoder that stops early or loops, and how many utterances a second
+``asrkit evaluate`` decoded, loading included), steps, epochs, seconds per step and the
+training process's peak resident memory, at each time. ``--beam`` also scores
 with each run's beam search (``beam`` for CTC, ``transducer-beam`` for a transducer);
 ``--variant "rnnt:objective=transducer"`` trains a model with the transducer objective beside
 its CTC default. Needs espeak-ng, flite, fortunes and sox (scripts/setup.sh).
@@ -151,12 +153,18 @@ def score(run: Path, lm: Path | None, checkpoint: str, beam: bool = False,
     for split in TEST_SETS:
         for suffix, options in decoders.items():
             target = run / f"{split}{suffix}.json"
+            began = time.monotonic()
             asrkit("evaluate", str(run), "--split", split, "--checkpoint", checkpoint,
                    *options, "--json", str(target), "--no-progress")
+            seconds = time.monotonic() - began
             report = json.loads(target.read_text())
-            results[split + suffix] = {"cer": report["cer"], "wer": report["wer"],
-                                       "step": report["checkpoint"]["step"],
-                                       "cer_by_voice": by_voice(report, voices or {})}
+            results[split + suffix] = {
+                "cer": report["cer"], "wer": report["wer"], "step": report["checkpoint"]["step"],
+                "word_deletions": report.get("word_deletions"),
+                "word_insertions": report.get("word_insertions"),
+                "hit_length_limit": len(report.get("hit_length_limit", [])),
+                "utterances_per_second": round(report["utterances"] / seconds, 1),
+                "cer_by_voice": by_voice(report, voices or {})}
     return results
 
 
@@ -278,7 +286,9 @@ def scored(row: dict) -> list[str]:
 
 
 def line(row: dict) -> str:
-    sets = ", ".join(f"{s} CER {row[s]['cer']:.1%} WER {row[s]['wer']:.1%}" for s in scored(row))
+    sets = ", ".join(f"{s} CER {row[s]['cer']:.1%} WER {row[s]['wer']:.1%} (words deleted "
+                     f"{row[s]['word_deletions']}, inserted {row[s]['word_insertions']}; "
+                     f"{row[s]['utterances_per_second']} utt/s)" for s in scored(row))
     dev = " ".join(f"{step}:{cer:.1%}" for step, cer in row["dev_cer_by_step"])
     return (f"{row['model']} ({row['variant']}, preset {row['preset']}) after {row['minutes']:g} "
             f"min, {row['steps']} steps, {row['checkpoint']} checkpoint (step "
