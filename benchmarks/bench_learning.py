@@ -38,8 +38,9 @@ spelling dictionary (Debian's ``wamerican`` by default) to that model's vocabula
 build --vocabulary``): 7 % of the test words are in no other ``fortunes`` sentence, and 87 % of
 those are in the dictionary, as they would be in a real LM's lexicon.
 
-``--decoding "ctc-only:-o decoder.ctc_weight=1"`` also scores every run with those ``asrkit
-evaluate`` arguments (an attention run's CTC output alone, here), in columns of their own.
+``--decoding "ctc-only@attention:-o decoder.ctc_weight=1"`` also scores the runs of an objective
+(every run, without ``@OBJECTIVE``) with those ``asrkit evaluate`` arguments (an attention run's
+CTC output alone, here), in columns of their own.
 
 ``--variant "aug:pipeline.speed_factors=0.9,1.0,1.1;pipeline.time_masks=2"`` adds a run of each
 model with extra ``-o`` settings (e.g. augmentation) beside the default one, in the same table.
@@ -141,7 +142,7 @@ def plan_voices(corpus: Path) -> dict[tuple[str, str], str]:
 
 def score(run: Path, lm: Path | None, checkpoint: str, beam: bool = False,
           voices: dict[tuple[str, str], str] | None = None,
-          extra: dict[str, list[str]] | None = None) -> dict[str, dict]:
+          extra: dict[str, tuple[str, list[str]]] | None = None) -> dict[str, dict]:
     """CER and WER of the ``checkpoint`` weights (and their step) on each test set, with the
     run's decoder (greedy: ``test``), with ``beam`` its objective's beam search (``test+beam``:
     :data:`SEARCHES`) and, given an LM, with its objective's kenlm decoder at its default
@@ -153,8 +154,10 @@ def score(run: Path, lm: Path | None, checkpoint: str, beam: bool = False,
     if lm:
         decoders["+lm"] = ["--decoder", with_lm, "-o", f"decoder.lm={lm}"]
         decoders["+tuned-lm"] = decoders["+lm"] + tune_lm(run, lm, checkpoint)
-    for name, options in (extra or {}).items():
-        decoders[f"+{name}"] = options
+    objective = json.loads((run / "config.json").read_text())["train"].get("objective", "ctc")
+    for name, (only, options) in (extra or {}).items():
+        if only in ("", objective):
+            decoders[f"+{name}"] = options
     results = {}
     for split in TEST_SETS:
         for suffix, options in decoders.items():
@@ -234,8 +237,8 @@ def main() -> None:
                         help="the weights scored: best (what `asrkit evaluate RUN` scores), "
                              "latest (the final ones), or best,latest (a row each)")
     parser.add_argument("--decoding", action="append", default=[],
-                        help="NAME:ARGS: also score with these `asrkit evaluate` arguments "
-                             "(e.g. \"ctc-only:-o decoder.ctc_weight=1\"), column + NAME")
+                        help="NAME[@OBJECTIVE]:ARGS: also score with these `asrkit evaluate` "
+                             "arguments (the runs of OBJECTIVE only, when given), column + NAME")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -265,8 +268,9 @@ def main() -> None:
     voices = plan_voices(args.work / "openvocab")
     extra = {}
     for item in args.decoding:
-        name, _, options = item.partition(":")
-        extra[name] = options.split()
+        named, _, options = item.partition(":")
+        name, _, only = named.partition("@")
+        extra[name] = (only, options.split())
         DECODINGS[f"+{name}"] = f" + {name}"
     results: list[dict] = []
     for model in args.models.split(","):
