@@ -27,6 +27,7 @@ from asrkit.types import (
     DATASET_NAME,
     NAME_PATTERN,
     AcousticModel,
+    Decoded,
     Decoder,
     FeatureConfig,
     FeatureExtractor,
@@ -76,6 +77,17 @@ from asrkit.decoders.transducer import (
 from asrkit.objectives.transducer import TransducerObjective
 
 # isort: split
+# -- Training objectives: the attention encoder-decoder and what its decoders read -------------
+from asrkit.decoders.attention import (
+    ATTENTION_OUTPUTS,
+    AttentionBeamConfig,
+    AttentionBeamDecoder,
+    AttentionNetworks,
+    AttentionOutputs,
+)
+from asrkit.objectives.attention import AttentionObjective
+
+# isort: split
 # -- Decoding: the one CTC prefix beam search and its scorer interface -------------------------
 from asrkit.decoders.beam import BeamConfig, BeamDecoder, BeamSearchDecoder
 from asrkit.decoders.scoring import Hypothesis, WordScorer
@@ -86,6 +98,7 @@ if TYPE_CHECKING:
     from asrkit.decoders.prefix import PrefixBeamSearch, log_softmax
 
 __all__ = [
+    "ATTENTION_OUTPUTS",
     "CTC_LOGITS",
     "DATASET_JSON",
     "DATASET_NAME",
@@ -96,10 +109,16 @@ __all__ = [
     "AcousticModel",
     "Alphabet",
     "AsrkitError",
+    "AttentionBeamConfig",
+    "AttentionBeamDecoder",
+    "AttentionNetworks",
+    "AttentionObjective",
+    "AttentionOutputs",
     "BeamConfig",
     "BeamDecoder",
     "BeamSearchDecoder",
     "CTCObjective",
+    "Decoded",
     "Decoder",
     "FeatureConfig",
     "FeatureExtractor",

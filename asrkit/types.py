@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE, Framing
@@ -198,6 +198,28 @@ class NoSettings:
     """The ``Config`` of a decoder that has no settings."""
 
 
+T = TypeVar("T")
+
+
+class Decoded(list[T]):
+    """What a decoder may return from ``decode``: the list of transcripts (or of what the
+    method returns, one item per utterance) that also names the utterances whose best
+    hypothesis was cut at the decoder's length limit.
+
+    A decoder that writes labels until it decides to stop (an attention decoder) stops a
+    hypothesis that reaches its limit without ending it: a decoder repeating itself, or a limit
+    set too low for the labels. Its transcript is then incomplete or looping; ``asrkit
+    evaluate`` and ``asrkit transcribe`` name those utterances, with the setting to change. A
+    plain list says none was cut."""
+
+    #: The positions in the batch of the utterances whose returned transcript was cut.
+    hit_length_limit: list[int]
+
+    def __init__(self, items: Iterable[T] = (), hit_length_limit: Iterable[int] = ()) -> None:
+        super().__init__(items)
+        self.hit_length_limit = list(hit_length_limit)
+
+
 class Decoder(ABC):
     """Turns logits into text: ``decode(logits, lengths, labels) -> list[str]``.
 
@@ -213,6 +235,8 @@ class Decoder(ABC):
       replaces single fields of this decoder's config.
     - ``decode(logits, lengths, labels)``: one transcript per utterance of the batch;
       ``labels`` are the run's :class:`asrkit.core.labels.Labels` (characters or subword pieces).
+      A decoder with a length limit returns a :class:`Decoded` list naming the utterances it
+      cut.
 
     The defaults here serve a decoder whose ``__init__`` takes only ``config``: it stores it
     (``None``: the defaults). A decoder with another ``__init__`` overrides ``with_config``.

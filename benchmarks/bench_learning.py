@@ -15,8 +15,10 @@
 4. Breaks each test set's CER down by voice (the corpus plan's voice of every utterance), so
    that one voice the model cannot hear shows instead of hiding in the mean.
 
-Prints a table and writes JSON (``--json``): CER and WER per test set, steps, epochs, seconds
-per step and the training process's peak resident memory, at each time. ``--beam`` also scores
+Prints a table and writes JSON (``--json``): CER and WER per test set (with the words deleted
+and inserted, which show a decoder that stops early or loops, and how many utterances a second
+``asrkit evaluate`` decoded, loading included), steps, epochs, seconds per step and the
+training process's peak resident memory, at each time. ``--beam`` also scores
 with each run's beam search (``beam`` for CTC, ``transducer-beam`` for a transducer);
 ``--variant "rnnt:objective=transducer"`` trains a model with the transducer objective beside
 its CTC default. Needs espeak-ng, flite, fortunes and sox (scripts/setup.sh).
@@ -35,6 +37,10 @@ choice is in ``RUN/dev-lm-search.json``). ``--lm-dictionary [FILE]`` adds the wo
 spelling dictionary (Debian's ``wamerican`` by default) to that model's vocabulary (``asrkit lm
 build --vocabulary``): 7 % of the test words are in no other ``fortunes`` sentence, and 87 % of
 those are in the dictionary, as they would be in a real LM's lexicon.
+
+``--decoding "ctc-only@attention:-o decoder.ctc_weight=1"`` also scores the runs of an objective
+(every run, without ``@OBJECTIVE``) with those ``asrkit evaluate`` arguments (an attention run's
+CTC output alone, here), in columns of their own.
 
 ``--variant "aug:pipeline.speed_factors=0.9,1.0,1.1;pipeline.time_masks=2"`` adds a run of each
 model with extra ``-o`` settings (e.g. augmentation) beside the default one, in the same table.
@@ -135,7 +141,8 @@ def plan_voices(corpus: Path) -> dict[tuple[str, str], str]:
 
 
 def score(run: Path, lm: Path | None, checkpoint: str, beam: bool = False,
-          voices: dict[tuple[str, str], str] | None = None) -> dict[str, dict]:
+          voices: dict[tuple[str, str], str] | None = None,
+          extra: dict[str, tuple[str, list[str]]] | None = None) -> dict[str, dict]:
     """CER and WER of the ``checkpoint`` weights (and their step) on each test set, with the
     run's decoder (greedy: ``test``), with ``beam`` its objective's beam search (``test+beam``:
     :data:`SEARCHES`) and, given an LM, with its objective's kenlm decoder at its default
@@ -147,16 +154,26 @@ def score(run: Path, lm: Path | None, checkpoint: str, beam: bool = False,
     if lm:
         decoders["+lm"] = ["--decoder", with_lm, "-o", f"decoder.lm={lm}"]
         decoders["+tuned-lm"] = decoders["+lm"] + tune_lm(run, lm, checkpoint)
+    objective = json.loads((run / "config.json").read_text())["train"].get("objective", "ctc")
+    for name, (only, options) in (extra or {}).items():
+        if only in ("", objective):
+            decoders[f"+{name}"] = options
     results = {}
     for split in TEST_SETS:
         for suffix, options in decoders.items():
             target = run / f"{split}{suffix}.json"
+            began = time.monotonic()
             asrkit("evaluate", str(run), "--split", split, "--checkpoint", checkpoint,
                    *options, "--json", str(target), "--no-progress")
+            seconds = time.monotonic() - began
             report = json.loads(target.read_text())
-            results[split + suffix] = {"cer": report["cer"], "wer": report["wer"],
-                                       "step": report["checkpoint"]["step"],
-                                       "cer_by_voice": by_voice(report, voices or {})}
+            results[split + suffix] = {
+                "cer": report["cer"], "wer": report["wer"], "step": report["checkpoint"]["step"],
+                "word_deletions": report.get("word_deletions"),
+                "word_insertions": report.get("word_insertions"),
+                "hit_length_limit": len(report.get("hit_length_limit", [])),
+                "utterances_per_second": round(report["utterances"] / seconds, 1),
+                "cer_by_voice": by_voice(report, voices or {})}
     return results
 
 
@@ -219,6 +236,9 @@ def main() -> None:
     parser.add_argument("--checkpoint", default="best",
                         help="the weights scored: best (what `asrkit evaluate RUN` scores), "
                              "latest (the final ones), or best,latest (a row each)")
+    parser.add_argument("--decoding", action="append", default=[],
+                        help="NAME[@OBJECTIVE]:ARGS: also score with these `asrkit evaluate` "
+                             "arguments (the runs of OBJECTIVE only, when given), column + NAME")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -246,6 +266,12 @@ def main() -> None:
     if not set(checkpoints) <= {"best", "latest"}:
         parser.error("--checkpoint: best, latest or best,latest")
     voices = plan_voices(args.work / "openvocab")
+    extra = {}
+    for item in args.decoding:
+        named, _, options = item.partition(":")
+        name, _, only = named.partition("@")
+        extra[name] = (only, options.split())
+        DECODINGS[f"+{name}"] = f" + {name}"
     results: list[dict] = []
     for model in args.models.split(","):
         for variant, settings in variants.items():
@@ -259,7 +285,7 @@ def main() -> None:
                 trained["seconds_per_step"] = round(minutes * 60 / max(trained["steps"], 1), 2)
                 for checkpoint in checkpoints:
                     row = {**trained, "checkpoint": checkpoint,
-                           **score(run, lm, checkpoint, args.beam, voices)}
+                           **score(run, lm, checkpoint, args.beam, voices, extra)}
                     results.append(row)
                     print(line(row), flush=True)
                 if args.json:
@@ -278,7 +304,9 @@ def scored(row: dict) -> list[str]:
 
 
 def line(row: dict) -> str:
-    sets = ", ".join(f"{s} CER {row[s]['cer']:.1%} WER {row[s]['wer']:.1%}" for s in scored(row))
+    sets = ", ".join(f"{s} CER {row[s]['cer']:.1%} WER {row[s]['wer']:.1%} (words deleted "
+                     f"{row[s]['word_deletions']}, inserted {row[s]['word_insertions']}; "
+                     f"{row[s]['utterances_per_second']} utt/s)" for s in scored(row))
     dev = " ".join(f"{step}:{cer:.1%}" for step, cer in row["dev_cer_by_step"])
     return (f"{row['model']} ({row['variant']}, preset {row['preset']}) after {row['minutes']:g} "
             f"min, {row['steps']} steps, {row['checkpoint']} checkpoint (step "

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
 import numpy as np
 import pytest
 
-from asrkit import hookimpl, plugins
-from asrkit.decoders.attention import ATTENTION_OUTPUTS, AttentionOutputs
-from asrkit.objectives import attention as attention_module
-from asrkit.types import Decoder
+from asrkit import plugins
+from asrkit.decoders.attention import ATTENTION_OUTPUTS
 from tests.test_recipe_accumulate import check_one_update_of_the_larger_batch
 from tests.test_transducer_training import networks_and_state, step_losses
 
@@ -31,50 +28,12 @@ ATTENTION = ["--model", "conformer", "-o", "preset=tiny", "-o", "objective=atten
              "--no-progress"]
 
 
-class StandInGreedy(Decoder):
-    """The attention runs' default decoder, for as long as this checkout has none installed: a
-    plain greedy search through :class:`~asrkit.decoders.attention.AttentionNetworks`, so
-    that a run names a decoder that reads its outputs."""
-
-    name = "attention-beam"
-    description = "stand-in greedy search of attention runs (tests)"
-    reads = ATTENTION_OUTPUTS
-
-    def decode(self, logits: Any, lengths: Any, labels: Any) -> list[str]:
-        assert isinstance(logits, AttentionOutputs)
-        head, frames = logits.networks, np.asarray(logits.frames, np.float32)
-        lengths = np.asarray(lengths if lengths is not None else [frames.shape[1]] * len(frames))
-        tokens = np.full((len(frames), 1), head.eos, np.int32)
-        state, done = head.initial_state(frames, lengths), np.zeros(len(frames), bool)
-        for _ in range(int(frames.shape[1])):
-            log_probs, state = head.decode_step(frames, lengths, tokens, state)
-            best = np.where(done, head.eos, np.argmax(log_probs.numpy(), -1)).astype(np.int32)
-            done |= best == head.eos
-            tokens = np.concatenate([tokens, best[:, None]], axis=1)
-            if done.all():
-                break
-        return [labels.decode(int(t) for t in row[1:] if t != head.eos) for row in tokens]
-
-
-class StandInDecoders:
-    @hookimpl
-    def register_decoders(self, register: Any) -> None:
-        register(StandInGreedy())
-
-
 @pytest.fixture
 def home(datasets, monkeypatch, make_plugins):
-    """ASRKIT_HOME with the sample datasets, and the installed plugins with the attention
-    objective (its entry point is in this checkout's pyproject.toml, which the installed
-    distribution may predate) and, where none is installed, a stand-in for its decoder."""
+    """ASRKIT_HOME with the sample datasets, and the installed plugins (the attention objective
+    and its decoders among them)."""
     monkeypatch.setenv("ASRKIT_HOME", str(datasets))
-    registry = make_plugins(entry_points=True).registry
-    extra: list[Any] = []
-    if "attention" not in registry.names("objective"):
-        extra.append(attention_module)
-    if "attention-beam" not in registry.names("decoder"):
-        extra.append(StandInDecoders())
-    make_plugins(*extra, entry_points=True)
+    make_plugins(entry_points=True)
     assert plugins.get("objective", "attention").outputs == ATTENTION_OUTPUTS
     return datasets
 
@@ -135,17 +94,3 @@ def test_a_mixed_bfloat16_run_trains_with_finite_losses(home, asrkit_cli, tmp_pa
             if path.startswith("attention_head/")}
     assert head and all(value.dtype == np.float32 and np.isfinite(value).all()
                         for value in head.values())
-
-
-def test_an_attention_run_is_evaluated_with_its_objectives_decoder(home, asrkit_cli, tmp_path):
-    """``asrkit evaluate`` of an attention run decodes with its objective's default decoder
-    (the installed one, or the stand-in's greedy search), which reads the frames with the head
-    that :meth:`AttentionObjective.decoder_inputs` hands it, and scores the loss."""
-    run = tmp_path / "run"
-    result = asrkit_cli(["train", *ATTENTION, "-o", "max_steps=2", "--run-dir", run])
-    assert result.exit_code == 0, result.stderr[-3000:]
-    evaluated = asrkit_cli(["evaluate", run, "--split", "dev", "--json", "-", "--no-progress"])
-    assert evaluated.exit_code == 0, evaluated.stderr[-3000:]
-    report = json.loads(evaluated.stdout)
-    assert report["decoder"] == "attention-beam" and report["utterances"] == 2
-    assert np.isfinite(report["loss"]) and report["loss"] > 0

@@ -92,17 +92,24 @@ def test_without_an_averaged_checkpoint_the_error_says_how_to_make_one(home, asr
     assert nothing_kept.exit_code == 1 and "keeps 0 checkpoint(s)" in nothing_kept.stderr
 
 
-def test_a_transducer_runs_average_holds_the_mean_of_its_head_too(home, asrkit_cli, tmp_path):
-    """The prediction and joint networks are averaged with the encoder, and the averaged
-    checkpoint decodes with the run's transducer search."""
+@pytest.mark.parametrize(("settings", "decoder"), [
+    (["objective=transducer", "objective.pred_dim=16", "objective.joint_dim=16"],
+     "transducer-greedy"),
+    (["objective=attention", "objective.d_model=16", "objective.heads=2", "objective.layers=1",
+      "objective.ff_dim=32"], "attention-beam")], ids=["transducer", "attention"])
+def test_a_runs_average_holds_the_mean_of_its_objectives_head_too(home, asrkit_cli, tmp_path,
+                                                                  settings, decoder):
+    """A transducer's prediction and joint networks, an attention decoder and its CTC output,
+    are averaged with the encoder, and the averaged checkpoint decodes with the run's
+    decoder."""
 
     from asrkit.evaluation.restore import restore_networks
     from asrkit.runs.run import load_run
 
     run = tmp_path / "run"
-    result = asrkit_cli(["train", "--epochs", "2", "--batch-size", "4", *TINY,
-                         "-o", "objective=transducer", "-o", "objective.pred_dim=16",
-                         "-o", "objective.joint_dim=16", "-o", "keep_checkpoints=3",
+    objective = [item for setting in settings for item in ("-o", setting)]
+    result = asrkit_cli(["train", "--epochs", "2", "--batch-size", "4", *TINY, *objective,
+                         "-o", "keep_checkpoints=3",
                          "-o", "checkpoint_steps=1", "-o", "learning_rate=0.01",
                          "-o", "evaluate_dev=false", "--run-dir", run, "--no-progress"])
     assert result.exit_code == 0, result.stderr[-3000:]
@@ -121,5 +128,5 @@ def test_a_transducer_runs_average_holds_the_mean_of_its_head_too(home, asrkit_c
                             "--json", "-", "--no-progress"])
     assert evaluated.exit_code == 0, evaluated.stderr[-3000:]
     report = json.loads(evaluated.stdout)
-    assert report["decoder"] == "transducer-greedy"
+    assert report["decoder"] == decoder
     assert report["checkpoint"]["kind"] == "averaged"

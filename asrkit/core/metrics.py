@@ -3,6 +3,10 @@
 Corpus WER and CER are the sum of edit distances over the sum of reference lengths (words or
 characters), as DeepSpeech reported them and jiwer computes them, not a mean of per-utterance
 rates (which would let short utterances weigh as much as long ones).
+
+Word errors are also split into substitutions, deletions and insertions (one minimal alignment,
+substitutions preferred where alignments tie): a decoder that stops early deletes words, one
+that loops inserts them, and the rate alone hides which (an attention decoder can do either).
 """
 
 from __future__ import annotations
@@ -25,6 +29,24 @@ def edit_distance(reference: Sequence, hypothesis: Sequence) -> int:
     return previous[-1]
 
 
+def edit_operations(reference: Sequence, hypothesis: Sequence) -> tuple[int, int, int]:
+    """``(distance, deletions, insertions)`` of a minimal alignment of ``hypothesis`` to
+    ``reference``; of the minimal alignments, one with the fewest deletions and insertions
+    (the rest of the distance is substitutions)."""
+    # Each cell: (distance, deletions + insertions, deletions); minimal tuples win.
+    previous = [(j, j, 0) for j in range(len(hypothesis) + 1)]
+    for i, ref in enumerate(reference, 1):
+        current = [(i, i, i)]
+        for j, hyp in enumerate(hypothesis, 1):
+            up, left, diagonal = previous[j], current[j - 1], previous[j - 1]
+            current.append(min((up[0] + 1, up[1] + 1, up[2] + 1),  # a deletion
+                               (left[0] + 1, left[1] + 1, left[2]),  # an insertion
+                               (diagonal[0] + (ref != hyp), diagonal[1], diagonal[2])))
+        previous = current
+    distance, gaps, deletions = previous[-1]
+    return distance, deletions, gaps - deletions
+
+
 @dataclass(frozen=True)
 class Score:
     """Edit counts of one utterance (or summed over many)."""
@@ -33,6 +55,13 @@ class Score:
     words: int
     char_errors: int
     chars: int
+    #: Of ``word_errors``: reference words missing from the hypothesis, and words it adds.
+    word_deletions: int = 0
+    word_insertions: int = 0
+
+    @property
+    def word_substitutions(self) -> int:
+        return self.word_errors - self.word_deletions - self.word_insertions
 
     @property
     def wer(self) -> float:
@@ -44,14 +73,17 @@ class Score:
 
     def __add__(self, other: Score) -> Score:
         return Score(self.word_errors + other.word_errors, self.words + other.words,
-                     self.char_errors + other.char_errors, self.chars + other.chars)
+                     self.char_errors + other.char_errors, self.chars + other.chars,
+                     self.word_deletions + other.word_deletions,
+                     self.word_insertions + other.word_insertions)
 
 
 def score(reference: str, hypothesis: str) -> Score:
     ref_words, hyp_words = reference.split(), hypothesis.split()
     ref_chars, hyp_chars = " ".join(ref_words), " ".join(hyp_words)
-    return Score(edit_distance(ref_words, hyp_words), len(ref_words),
-                 edit_distance(ref_chars, hyp_chars), len(ref_chars))
+    word_errors, deletions, insertions = edit_operations(ref_words, hyp_words)
+    return Score(word_errors, len(ref_words), edit_distance(ref_chars, hyp_chars),
+                 len(ref_chars), deletions, insertions)
 
 
 def corpus_score(references: Sequence[str], hypotheses: Sequence[str]) -> Score:

@@ -34,7 +34,7 @@ import contextlib
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from asrkit import hookimpl
 from asrkit.core.errors import AsrkitError
@@ -43,6 +43,8 @@ from asrkit.decoders.scoring import Hypothesis, WordScorer
 from asrkit.types import Decoder
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
 
     from asrkit.core.labels import Labels
@@ -104,9 +106,9 @@ class _Steps:
     def predict(self, tokens: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         import numpy as np
 
-        predicted, state = self._predict(np.asarray(tokens, np.int32),
+        predicted, after = self._predict(np.asarray(tokens, np.int32),
                                          np.asarray(state, np.float32))
-        return predicted.numpy(), state.numpy()
+        return predicted.numpy(), after.numpy()
 
     def joint(self, frames: np.ndarray, predicted: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -115,13 +117,22 @@ class _Steps:
                            np.asarray(predicted, np.float32)).numpy()
 
 
-def steps_of(networks: TransducerNetworks) -> _Steps:
-    """The compiled steps of ``networks``, made once and kept on them."""
-    steps = getattr(networks, "_asrkit_decoding_steps", None)
-    if steps is None:
-        steps = _Steps(networks)
+S = TypeVar("S")
+
+
+def steps_of(networks: Any, make: Callable[[Any], S]) -> S:
+    """The compiled steps ``make(networks)`` of a head (its network calls, each a ``tf.function``
+    traced once), made once per head and kind of steps and kept on it: every batch a decoder
+    decodes calls the same head. The transducer's decoders and the attention decoders
+    (:mod:`asrkit.decoders.attention`) keep theirs so."""
+    kept = getattr(networks, "_asrkit_decoding_steps", None)
+    if not isinstance(kept, dict):
+        kept = {}
         with contextlib.suppress(AttributeError, TypeError):  # kept when the head takes it
-            object.__setattr__(networks, "_asrkit_decoding_steps", steps)
+            object.__setattr__(networks, "_asrkit_decoding_steps", kept)
+    steps = kept.get(make)
+    if steps is None:
+        steps = kept[make] = make(networks)
     return steps
 
 
@@ -138,7 +149,7 @@ def greedy_search(networks: TransducerNetworks, frames: np.ndarray, lengths: np.
     the frame each was emitted at."""
     import numpy as np
 
-    steps = steps_of(networks)
+    steps = steps_of(networks, _Steps)
     frames = np.asarray(frames, np.float32)
     lengths = np.asarray(lengths)
     size = len(frames)
@@ -254,7 +265,7 @@ class TransducerBeamDecoder(TransducerDecoder):
 
         inputs = _inputs(outputs, self.name)
         scorer = self.make_scorer(labels)
-        steps = steps_of(inputs.networks)
+        steps = steps_of(inputs.networks, _Steps)
         return [self._utterance(steps, np.asarray(inputs.frames[row], np.float32),
                                 int(length), labels, scorer)
                 for row, length in enumerate(np.asarray(lengths))]
@@ -290,7 +301,7 @@ class TransducerBeamDecoder(TransducerDecoder):
                     scores[steps.blank] = -np.inf
                     if scorer is not None and known is not None:  # with the partial penalty
                         if hyp.word not in penalties:
-                            penalties[hyp.word] = self._partial_penalties(
+                            penalties[hyp.word] = partial_penalties(
                                 hyp.word, labels, scorer.partial_penalty, known)
                         scores += penalties[hyp.word] - hyp.partial
                     for label in np.argsort(-scores)[:beam]:
@@ -300,8 +311,7 @@ class TransducerBeamDecoder(TransducerDecoder):
                                      hyp.predicted, hyp.state, hyp.lm_state, hyp.word,
                                      hyp.partial)
                         if scorer is not None:
-                            self._read_symbol(child, labels.symbols[label], labels, scorer,
-                                              known)
+                            read_symbol(child, labels.symbols[label], labels, scorer, known)
                         candidates.append((child.score, child, row))
                 # The best of those that read the frame and of those that go on extending.
                 pool = sorted([(h.score, h, -1) for h in done.values()] + candidates,
@@ -311,7 +321,7 @@ class TransducerBeamDecoder(TransducerDecoder):
                                          active)
             hyps = sorted(done.values(), key=lambda h: -h.score)[:beam]
         if scorer is not None:
-            hyps = [self._finish(h, scorer) for h in hyps]
+            hyps = [finish_words(h, scorer) for h in hyps]
         return sorted(hyps, key=lambda h: -self._rank(h))
 
     @staticmethod
@@ -330,48 +340,66 @@ class TransducerBeamDecoder(TransducerDecoder):
             child.predicted, child.state = predicted[index], state[index]
         return [child for child, _ in children]
 
-    @staticmethod
-    def _read_symbol(hyp: _Hyp, symbol: str, labels: Labels, scorer: WordScorer,
-                     known: frozenset[str] | None) -> None:
-        """Score the word ``symbol`` finishes (a symbol starting with the word marker starts
-        the next one), with the language model; the unfinished word pays the scorer's
-        ``partial_penalty`` while it is no prefix of the ``known`` prefixes of its words."""
-        marker = getattr(labels, "word_marker", " ")
-        if not symbol.startswith(marker):
-            hyp.word += symbol
-        else:
-            if hyp.word:
-                score, hyp.lm_state = scorer.score_word(hyp.lm_state, hyp.word)
-                hyp.lm += score
-            hyp.word = symbol[len(marker):]
-        fits = known is None or not hyp.word or hyp.word in known
-        hyp.partial = 0.0 if fits else scorer.partial_penalty
 
-    @staticmethod
-    def _partial_penalties(word: str, labels: Labels, penalty: float,
-                           known: frozenset[str]) -> np.ndarray:
-        """The partial-word penalty after each label follows the unfinished ``word``: the
-        labels that extend a hypothesis are chosen by their acoustic score with it, so that a
-        likelier non-word ("k" before "at") does not take the place of a word ("c")."""
-        import numpy as np
+class WordState(Protocol):
+    """What :func:`read_symbol` and :func:`finish_words` keep of a hypothesis for a word
+    language model: the transducer's and the attention decoders' hypotheses alike."""
 
-        marker = getattr(labels, "word_marker", " ")
-        after = np.zeros(labels.num_classes)
-        for label, symbol in enumerate(labels.symbols):
-            spelt = symbol[len(marker):] if symbol.startswith(marker) else word + symbol
-            if spelt and spelt not in known:
-                after[label] = penalty
-        return after
+    #: The unfinished word's text.
+    word: str
+    #: The language model's score of the finished words (and of the end, once finished).
+    lm: float
+    #: The scorer's state after them.
+    lm_state: Any
+    #: The scorer's partial-word penalty while ``word`` fits no word it knows, else 0.
+    partial: float
 
-    @staticmethod
-    def _finish(hyp: _Hyp, scorer: WordScorer) -> _Hyp:
+
+W = TypeVar("W", bound=WordState)
+
+
+def read_symbol(hyp: WordState, symbol: str, labels: Labels, scorer: WordScorer,
+                known: frozenset[str] | None) -> None:
+    """Score the word ``symbol`` finishes (a symbol starting with the word marker starts
+    the next one), with the language model; the unfinished word pays the scorer's
+    ``partial_penalty`` while it is no prefix of the ``known`` prefixes of its words."""
+    marker = getattr(labels, "word_marker", " ")
+    if not symbol.startswith(marker):
+        hyp.word += symbol
+    else:
         if hyp.word:
             score, hyp.lm_state = scorer.score_word(hyp.lm_state, hyp.word)
             hyp.lm += score
-            hyp.word = ""
-        hyp.partial = 0.0
-        hyp.lm += scorer.score_end(hyp.lm_state)
-        return hyp
+        hyp.word = symbol[len(marker):]
+    fits = known is None or not hyp.word or hyp.word in known
+    hyp.partial = 0.0 if fits else scorer.partial_penalty
+
+
+def partial_penalties(word: str, labels: Labels, penalty: float,
+                      known: frozenset[str]) -> np.ndarray:
+    """The partial-word penalty after each label follows the unfinished ``word``: the
+    labels that extend a hypothesis are chosen by their acoustic score with it, so that a
+    likelier non-word ("k" before "at") does not take the place of a word ("c")."""
+    import numpy as np
+
+    marker = getattr(labels, "word_marker", " ")
+    after = np.zeros(labels.num_classes)
+    for label, symbol in enumerate(labels.symbols):
+        spelt = symbol[len(marker):] if symbol.startswith(marker) else word + symbol
+        if spelt and spelt not in known:
+            after[label] = penalty
+    return after
+
+
+def finish_words(hyp: W, scorer: WordScorer) -> W:
+    """``hyp`` at the end of the utterance: its last word and the end scored."""
+    if hyp.word:
+        score, hyp.lm_state = scorer.score_word(hyp.lm_state, hyp.word)
+        hyp.lm += score
+        hyp.word = ""
+    hyp.partial = 0.0
+    hyp.lm += scorer.score_end(hyp.lm_state)
+    return hyp
 
 
 @functools.lru_cache(maxsize=4)

@@ -37,6 +37,7 @@ call the head through :class:`~asrkit.decoders.attention.AttentionNetworks`.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -134,7 +135,11 @@ def build_head(config: AttentionConfig, encoder_width: int, num_classes: int) ->
         def call(self, x: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor,
                  training: bool = False) -> tf.Tensor:
             y = self.self_norm(x)
-            y = self.self_attention(y, y, use_causal_mask=True, training=training)
+            with warnings.catch_warnings():
+                # The first decoding step attends to one label, which Keras warns of.
+                warnings.filterwarnings("ignore", "You are using a softmax over axis",
+                                        UserWarning)
+                y = self.self_attention(y, y, use_causal_mask=True, training=training)
             x = x + self.dropout(y, training=training)
             y = self.cross_norm(x)
             y = self.cross_attention(y, memory, attention_mask=memory_mask, training=training)

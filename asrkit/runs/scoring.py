@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from asrkit.core.bootstrap import LEVEL, SAMPLES, SEED, Interval, rate_interval
 from asrkit.core.labels import Labels
-from asrkit.core.metrics import Score, corpus_score, score
+from asrkit.core.metrics import Score, score
 from asrkit.core.settings import format_value, to_dict
 from asrkit.objectives.ctc import CTCObjective
 from asrkit.types import AcousticModel, Decoder, ModelSpec, Objective
@@ -74,6 +74,9 @@ class Evaluation:
     #: The decoder's settings (its ``config`` as JSON), and those that differ from its defaults.
     decoder_settings: dict[str, Any] = field(default_factory=dict)
     decoder_changed: dict[str, Any] = field(default_factory=dict)
+    #: The utterances whose transcript the decoder cut at its length limit
+    #: (:class:`asrkit.types.Decoded`), by id.
+    hit_length_limit: list[str] = field(default_factory=list)
 
     @property
     def wer(self) -> float:
@@ -111,7 +114,11 @@ class Evaluation:
             "intervals": {"level": LEVEL, "samples": SAMPLES, "seed": SEED,
                           **{k: v.to_json() for k, v in intervals.items()}},
             "word_errors": self.total.word_errors, "words": self.total.words,
+            "word_substitutions": self.total.word_substitutions,
+            "word_deletions": self.total.word_deletions,
+            "word_insertions": self.total.word_insertions,
             "char_errors": self.total.char_errors, "chars": self.total.chars,
+            "hit_length_limit": self.hit_length_limit,
             "samples": {k: [row(u) for u in v] for k, v in self.samples().items()},
             "results": [row(u) for u in self.utterances],
         }
@@ -123,7 +130,13 @@ class Evaluation:
                  + "".join(f", {k}={v}" for k, v in self.decoder_changed.items()) + ")",
                  f"  {LEVEL:.0%} bootstrap interval: WER {intervals['wer'].low:.2%} to "
                  f"{intervals['wer'].high:.2%}, CER {intervals['cer'].low:.2%} to "
-                 f"{intervals['cer'].high:.2%}"]
+                 f"{intervals['cer'].high:.2%}",
+                 f"  word errors: {self.total.word_substitutions} substituted, "
+                 f"{self.total.word_deletions} deleted, {self.total.word_insertions} inserted "
+                 f"(of {self.total.words} words)"]
+        if self.hit_length_limit:
+            lines.append(length_limit_line(self.hit_length_limit, self.decoder,
+                                           self.decoder_settings))
         if self.checkpoint:
             chosen = self.checkpoint.get("best_by")
             lines.insert(0, f"checkpoint: {self.checkpoint['kind']} "
@@ -136,6 +149,16 @@ class Evaluation:
                 lines.append(f"    ref: {u.reference}")
                 lines.append(f"    hyp: {u.hypothesis}")
         return "\n".join(lines)
+
+
+def length_limit_line(ids: list[str], decoder: str, settings: Mapping[str, Any]) -> str:
+    """One line naming the utterances a decoder cut at its length limit, and what to change."""
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    ratio = settings.get("max_length_ratio")
+    fix = (f"raise -o decoder.max_length_ratio (now {ratio}) if their transcripts are longer"
+           if ratio is not None else "raise the decoder's length limit")
+    return (f"  {len(ids)} transcript(s) cut at the {decoder} decoder's length limit ({shown}): "
+            f"the decoder did not end them (a loop, or a limit too low); {fix}")
 
 
 def make_predict(model: AcousticModel, spec: ModelSpec, model_config: Any,
@@ -200,22 +223,26 @@ def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Decoder, alphabet: 
                    progress: bool = True) -> Evaluation:
     """Decode and score the model's outputs on every batch of a split."""
     results = []
+    cut: list[str] = []
+    total = Score(0, 0, 0, 0)
     bar = tqdm(desc=f"evaluate {split}", unit="utt", disable=not progress, leave=False)
     for out in outputs:
         hypotheses = decoder.decode(out.logits, out.lengths, alphabet)
+        cut += [out.ids[row] for row in getattr(hypotheses, "hit_length_limit", ())]
         for uid, ref, hyp, loss in zip(out.ids, out.references, hypotheses, out.losses,
                                        strict=True):
             s = score(ref, hyp)
+            total = total + s
             results.append(UtteranceResult(uid, ref, hyp, float(loss), s.wer, s.cer,
                                            s.word_errors, s.words, s.char_errors, s.chars))
         bar.update(len(out.ids))
     bar.close()
     results.sort(key=lambda u: u.id)
     finite = [u.loss for u in results if math.isfinite(u.loss)]
-    total = corpus_score([u.reference for u in results], [u.hypothesis for u in results])
     settings, changed = describe_decoder(decoder)
     return Evaluation(split, decoder.name, sum(finite) / max(1, len(finite)), total, results,
-                      decoder_settings=settings, decoder_changed=changed)
+                      decoder_settings=settings, decoder_changed=changed,
+                      hit_length_limit=sorted(cut))
 
 
 def evaluate_dataset(predict: Predict, batches: tf.data.Dataset, decoder: Decoder,

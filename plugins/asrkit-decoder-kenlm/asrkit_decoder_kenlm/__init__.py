@@ -1,6 +1,7 @@
 """asrkit-decoder-kenlm: beam search with a KenLM n-gram language model, for CTC runs
-(``kenlm``) and transducer runs (``transducer-kenlm``), and ``asrkit lm build`` to estimate a
-first model from a dataset's transcripts.
+(``kenlm``), transducer runs (``transducer-kenlm``) and attention encoder-decoder runs
+(``attention-kenlm``), and ``asrkit lm build`` to estimate a first model from a dataset's
+transcripts.
 
 A separate distribution because it depends on ``kenlm``, a compiled extension: asrkit itself
 installs without a compiler. Registered through the ``asrkit`` entry-point group like any
@@ -17,19 +18,21 @@ from __future__ import annotations
 from typing import Any
 
 from asrkit import hookimpl
+from asrkit_decoder_kenlm.attention import AttentionKenLMConfig, AttentionKenLMDecoder
 from asrkit_decoder_kenlm.commands import lm_group
 from asrkit_decoder_kenlm.decoder import KenLMConfig, KenLMDecoder, LanguageModelConfig
 from asrkit_decoder_kenlm.transducer import TransducerKenLMConfig, TransducerKenLMDecoder
 
 __version__ = "0.1.0"
-__all__ = ["KenLMConfig", "KenLMDecoder", "LanguageModelConfig", "TransducerKenLMConfig",
-           "TransducerKenLMDecoder", "lm_group"]
+__all__ = ["AttentionKenLMConfig", "AttentionKenLMDecoder", "KenLMConfig", "KenLMDecoder",
+           "LanguageModelConfig", "TransducerKenLMConfig", "TransducerKenLMDecoder", "lm_group"]
 
 
 @hookimpl
 def register_decoders(register: Any) -> None:
     register(KenLMDecoder())
     register(TransducerKenLMDecoder())
+    register(AttentionKenLMDecoder())
 
 
 @hookimpl
