@@ -36,8 +36,10 @@ def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str,
 
     Signatures `logits` and `transcribe` (greedy text), for float32 PCM in [-1, 1] and, as
     `*_int16`, for int16 PCM; a transducer run's: `encode` and `transcribe` (its greedy search,
-    each label with its frame), as SavedModel or TFLite. The export is checked against the
-    checkpoint before it is written.
+    each label with its frame), as SavedModel or TFLite; an attention run's: `encode`,
+    `transcribe` (its decoder's greedy search) and the decoder's steps (`initial_state`,
+    `decode_step`, `ctc_log_probs`), which asrkit's attention decoders call, as SavedModel.
+    The export is checked against the checkpoint before it is written.
 
     `--quantize` makes a smaller TFLite model: its outputs are then compared with the
     checkpoint's, not required to match them (the difference and the greedy transcripts'
@@ -55,7 +57,8 @@ def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str,
     if as_json:
         click.echo(json.dumps(meta, indent=2))
         return
-    what = "encoder frames" if meta.get("objective") == "transducer" else "logits"
+    what = ("encoder frames" if meta.get("objective") in ("transducer", "attention")
+            else "logits")
     if quantization != "none":
         click.echo(f"exported {meta['model']} (step {meta['global_step']}) as {fmt} "
                    f"({quantization}) to {meta['path']}; {what} within "
