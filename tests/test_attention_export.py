@@ -170,7 +170,9 @@ class Checkpoint:
         from asrkit.serving.graph import make_logits_fn
 
         self.run = load_run(folder)
-        self.model, self.head, self.state = restore_networks(self.run)
+        self.model, head, self.state = restore_networks(self.run)
+        assert head is not None
+        self.head: Any = head
         self._encode = tf.function(make_logits_fn(self.run, self.model),
                                    input_signature=[tf.TensorSpec([None], tf.float32)])
 

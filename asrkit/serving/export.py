@@ -29,8 +29,11 @@ space, spaces collapsed and stripped (:func:`text_of`).
 
 A transducer run's export (:mod:`asrkit.serving.export_transducer`) has ``encode`` instead of
 ``logits`` (the encoder's frames) and its own greedy search in ``transcribe``, which gives each
-label's frame too; :func:`load_networks` says which kind a run exports as, and refuses what
-cannot be exported before any weights load.
+label's frame too. An attention encoder-decoder run's export
+(:mod:`asrkit.serving.export_attention`, SavedModel only) has ``encode``, its decoder's greedy
+search in ``transcribe``, and the decoder's steps, which asrkit's attention decoders call
+(:meth:`ExportedModel.attention_networks`). :func:`load_networks` says which kind a run exports
+as, and refuses what cannot be exported before any weights load.
 
 An export is a folder: the SavedModel (``saved_model.pb``, ``variables/``) or ``model.tflite``,
 plus ``asrkit.json`` (``labels``: symbols, word marker and blank, read back with

@@ -19,7 +19,9 @@ Models
     (:func:`asrkit.serving.graph.make_logits_fn`), so a run and its export transcribe alike.
     A transducer run's export holds its greedy search too
     (:mod:`asrkit.serving.export_transducer`): it is decoded by that search, which emits what
-    the run's ``transducer-greedy`` decoder emits, each label at its frame.
+    the run's ``transducer-greedy`` decoder emits, each label at its frame. An attention run's
+    export holds its decoder's steps (:mod:`asrkit.serving.export_attention`), which the
+    attention decoders call as they call the run's head.
 
 Long recordings
     A bidirectional model reads a whole utterance at once, and memory and latency grow with it,
