@@ -388,13 +388,13 @@ def test_what_an_attention_export_refuses_in_one_line(kind, cli, run, export, tm
 
 
 def test_the_documented_snippet_runs_without_asrkit(kind, export, checkpoint, clip, tmp_path):
-    """docs/_attention_export.md's plain TensorFlow snippet, as written, in a process where
+    """docs/attention.md's plain TensorFlow snippet, as written, in a process where
     importing asrkit fails."""
     import soundfile
 
     wav = tmp_path / "talk16k.wav"
     soundfile.write(wav, clip, 16000, subtype="PCM_16")
-    result = run_doc_snippet("_attention_export.md", "snippet: attention",
+    result = run_doc_snippet("attention.md", "snippet: attention",
                              {"runs/las/export/savedmodel": str(export),
                               "talk16k.wav": str(wav)}, ("asrkit",), tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -154,9 +154,9 @@ def test_lm_build_from_a_dataset_and_a_text(asrkit_cli, asrkit_home, make_plugin
 
 def test_plugin_registers_the_decoder_and_the_command(make_plugins):
     plugins = make_plugins(asrkit_decoder_kenlm)
-    assert plugins.registry.names("decoder") == ["kenlm", "transducer-kenlm"]
+    assert plugins.registry.names("decoder") == ["attention-kenlm", "kenlm", "transducer-kenlm"]
     assert plugins.plugins["asrkit_decoder_kenlm"].registered == {
-        "decoder": ["kenlm", "transducer-kenlm"]}
+        "decoder": ["kenlm", "transducer-kenlm", "attention-kenlm"]}
 
 
 # -- the decoder --------------------------------------------------------------------------------
