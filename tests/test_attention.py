@@ -82,6 +82,12 @@ def test_an_attention_run_trains_evaluates_and_transcribes(cli, run, tmp_path):
     assert all(name in cut.stdout for name in report["hit_length_limit"])
     assert "raise -o decoder.max_length_ratio (now 0.02)" in cut.stdout
 
+    # transcribe warns of a window so cut, and its JSON says which.
+    limited = ok(cli(["transcribe", CLIP, "--model", run, "--json", "--decoder",
+                      "attention-greedy", "-o", "decoder.max_length_ratio=0.02"]))
+    assert json.loads(limited.stdout)["cut_at_length_limit"]
+    assert "was cut at its length limit" in limited.stderr
+
     transcribed = json.loads(ok(cli(["transcribe", CLIP, "--model", run, "--json"])).stdout)
     assert transcribed["decoder"] == "attention-beam"
     assert transcribed["words"] == [] or transcribed["words"][0]["start"] >= 0.0

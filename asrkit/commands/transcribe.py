@@ -74,6 +74,9 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     reported = 0
     for transcript in transcribe_files(files, recognizer, chosen, options):
         reported = _report_failures(options, reported)
+        cut = transcript.cut_warning()
+        if cut:
+            _echo(f"asrkit: warning: {cut}", err=True)
         if as_json:
             _echo(json.dumps(transcript.to_json()))
         elif len(files) == 1:

@@ -91,7 +91,7 @@ from asrkit.serving.viterbi import (
     token_probability,
     word_tokens,
 )
-from asrkit.types import CTC_LOGITS, Decoder, Objective
+from asrkit.types import CTC_LOGITS, Decoded, Decoder, Objective
 
 if TYPE_CHECKING:
     import numpy as np
@@ -161,6 +161,9 @@ class Transcript:
     windows: int = 1
     model: str = ""
     decoder: str = ""
+    #: The windows (start and end, seconds) whose transcript the decoder cut at its length
+    #: limit (:class:`asrkit.types.Decoded`): their words are incomplete or looping.
+    cut_windows: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -177,7 +180,18 @@ class Transcript:
         return {"file": self.path, "duration": round(self.duration, 3), "text": self.text,
                 "confidence": None if confidence is None else round(confidence, 4),
                 "model": self.model, "decoder": self.decoder, "windows": self.windows,
+                "cut_at_length_limit": [[round(a, 3), round(b, 3)] for a, b in self.cut_windows],
                 "words": [w.to_json() for w in self.words]}
+
+    def cut_warning(self) -> str | None:
+        """One line when a window's transcript was cut at the decoder's length limit."""
+        if not self.cut_windows:
+            return None
+        spans = ", ".join(f"{a:.1f}-{b:.1f} s" for a, b in self.cut_windows[:3])
+        more = f" and {len(self.cut_windows) - 3} more" if len(self.cut_windows) > 3 else ""
+        return (f"{self.path}: the {self.decoder} decoder's transcript of {spans}{more} was cut "
+                "at its length limit (a loop, or a limit too low): raise -o "
+                "decoder.max_length_ratio, or try another decoder")
 
 
 @dataclass(frozen=True)
@@ -582,11 +596,14 @@ def window_words(logits: np.ndarray, decoder: Decoder, labels: Labels, offset: f
     if decoder.reads != CTC_LOGITS:
         decode_tokens = getattr(decoder, "decode_tokens", None)
         if decode_tokens is None:  # times unknown
-            text = decoder.decode(inputs, np.array([len(logits)]), labels)[0]
-            return spread_words(text, offset, offset + len(logits) * frame_seconds)
-        found = decode_tokens(inputs, np.array([len(logits)]), labels)[0]
-        return words_from_tokens([Token(label, frame, frame) for label, frame in found], None,
-                                 labels, offset, frame_seconds)
+            texts = decoder.decode(inputs, np.array([len(logits)]), labels)
+            return Decoded(spread_words(texts[0], offset, offset + len(logits) * frame_seconds),
+                           getattr(texts, "hit_length_limit", ()))
+        decoded = decode_tokens(inputs, np.array([len(logits)]), labels)
+        return Decoded(words_from_tokens([Token(label, frame, frame)
+                                          for label, frame in decoded[0]],
+                                         None, labels, offset, frame_seconds),
+                       getattr(decoded, "hit_length_limit", ()))
     log_probs = log_softmax(logits)
     greedy = greedy_tokens(logits, labels.blank)
     text = decoder.decode(logits[np.newaxis], np.array([len(logits)]), labels)[0]
@@ -739,15 +756,19 @@ def _transcribe_windows(recording: Recording, recognizer: Recognizer, decoder: D
     kept, never more than one window's samples."""
     windows: list[Window] = []
     found: list[list[Word]] = []
+    cut: list[tuple[float, float]] = []
     for number, (window, piece) in enumerate(recording.pieces, 1):
         windows.append(window)
-        found.append(recognizer.words(as_float(piece), decoder, window.start / SAMPLE_RATE))
+        words = recognizer.words(as_float(piece), decoder, window.start / SAMPLE_RATE)
+        if getattr(words, "hit_length_limit", None):
+            cut.append((window.start / SAMPLE_RATE, window.end / SAMPLE_RATE))
+        found.append(words)
         if on_window is not None:
             on_window(number, recording.count)
     duration = recording.total / SAMPLE_RATE
     words = [_clip(w, duration) for w in stitch(windows, found, overlap_seconds)]
     return Transcript(path, duration, words, len(windows), recognizer.name,
-                      getattr(decoder, "name", ""))
+                      getattr(decoder, "name", ""), cut)
 
 
 def as_float(samples: np.ndarray) -> np.ndarray:
