@@ -64,9 +64,14 @@ def test_cli_reference_covers_the_commands():
             assert option in reference, f"docs/cli.md does not document {option}"
 
 
+#: The plugin guides: the importer tutorial, and a page for each other kind of plugin.
+PLUGIN_PAGES = ("writing-a-plugin.md", "plugin-features.md", "plugin-model.md",
+                "plugin-decoder.md", "plugin-tokenizer.md", "plugin-command.md")
+
+
 def tutorial_files(package: str = "asrkit-importer-foo") -> dict[str, str]:
-    """The files of the tutorial's plugin ``package``: ``file=PATH`` code blocks under it."""
-    text = (DOCS / "writing-a-plugin.md").read_text()
+    """The files of a plugin guide's ``package``: ``file=PATH`` code blocks under it."""
+    text = "\n".join((DOCS / page).read_text() for page in PLUGIN_PAGES)
     blocks = re.findall(r"^```\w+ file=(\S+)\n(.*?)^```", text, re.S | re.M)
     return {name: body for name, body in blocks if name.startswith(f"{package}/")}
 

@@ -1,4 +1,4 @@
-"""The command plugin of docs/writing-a-plugin.md ("A command plugin") works as written: its
+"""The command plugin of docs/plugin-command.md ("A command plugin") works as written: its
 files are taken from the page, installed with pip into a folder of their own, and the command
 is run through the ``asrkit`` command line in fresh processes."""
 

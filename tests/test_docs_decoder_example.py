@@ -1,4 +1,4 @@
-"""The decoder plugin of docs/writing-a-plugin.md works as written: extracted from the page,
+"""The decoder plugin of docs/plugin-decoder.md works as written: extracted from the page,
 pip-installed, its own tests pass, ``asrkit plugins --settings`` lists its settings, and
 ``asrkit evaluate -o decoder=lexicon -o decoder.KEY=VALUE`` decodes a tiny run with it."""
 

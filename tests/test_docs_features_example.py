@@ -1,4 +1,4 @@
-"""The feature-extractor plugin of docs/writing-a-plugin.md works as written: extracted from the
+"""The feature-extractor plugin of docs/plugin-features.md works as written: extracted from the
 page, pip-installed, its own tests pass, and a model trained on it with ``-o features=energy``
 is evaluated, transcribes and exports through the command line."""
 

@@ -1,4 +1,4 @@
-"""The model plugin of docs/writing-a-plugin.md ("A model plugin") works as written: installed
+"""The model plugin of docs/plugin-model.md ("A model plugin") works as written: installed
 with pip, it trains, evaluates, transcribes and exports through the ``asrkit`` command and passes
 its own contract test; and the model example of docs/hooks.md keeps the model contract."""
 

@@ -1,4 +1,4 @@
-"""The tokenizer plugin of docs/writing-a-plugin.md works as written: extracted from the page,
+"""The tokenizer plugin of docs/plugin-tokenizer.md works as written: extracted from the page,
 pip-installed, its own tests pass, and ``asrkit tokenizer build --tokenizer letters`` then
 ``asrkit train -o tokenizer=FILE`` and ``asrkit transcribe`` use it through its installed entry
 point."""

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import asrkit.api
+from tests.test_docs import PLUGIN_PAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ROOT / "plugins"
@@ -80,7 +81,7 @@ def test_plugins_import_only_the_public_api(distribution):
 
 
 #: The pages a plugin author copies code from.
-PLUGIN_DOCS = ("hooks.md", "writing-a-plugin.md")
+PLUGIN_DOCS = ("hooks.md", *PLUGIN_PAGES)
 
 
 @pytest.mark.parametrize("page", PLUGIN_DOCS)
