@@ -367,7 +367,8 @@ def test_kenlm_plugin_installs_as_a_distribution(tmp_path):
     report = json.loads(listing.stdout)
     [kenlm] = [p for p in report["plugins"] if p["name"] == "kenlm"]
     assert kenlm["distribution"] == "asrkit-decoder-kenlm"
-    assert kenlm["registered"] == {"decoder": ["kenlm", "transducer-kenlm"], "command": ["lm"]}
+    assert kenlm["registered"] == {"decoder": ["kenlm", "transducer-kenlm", "attention-kenlm"],
+                                  "command": ["lm"]}
     assert not [f for f in report["failures"] if f["name"] == "kenlm"]
     result = run_asrkit("lm", "build", "--help", pythonpath=tmp_path / "site")
     assert result.returncode == 0, result.stderr

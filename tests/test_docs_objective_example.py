@@ -127,7 +127,7 @@ def test_the_installed_example_trains_evaluates_transcribes_and_exports(
 
     monkeypatch.syspath_prepend(str(site))
     plugins = make_plugins(entry_points=True)
-    assert plugins.registry.names("objective") == ["ctc", "smoothed-ctc", "transducer"]
+    assert plugins.registry.names("objective") == ["attention", "ctc", "smoothed-ctc", "transducer"]
     monkeypatch.setenv("ASRKIT_HOME", str(datasets))
     for pair, message in (("objective=ctc", "a resumed run keeps its objective (smoothed-ctc)"),
                           ("objective.weight=0.5", "keeps its objective settings")):

@@ -37,7 +37,8 @@ def exports(monkeypatch, tmp_path):
     monkeypatch.setattr(export, "serving_module", lambda run, model, with_text=True: None)
     monkeypatch.setattr(export, "_save", lambda module, folder:
                         (folder / "saved_model.pb").write_text(label["text"]))
-    monkeypatch.setattr(export, "_metadata", lambda run, fmt, checkpoint, state: {"format": fmt})
+    monkeypatch.setattr(export, "_metadata",
+                        lambda run, fmt, checkpoint, state, head=None: {"format": fmt})
     monkeypatch.setattr(export, "joins_symbols", lambda labels: False)
     monkeypatch.setattr(export, "verify_export", lambda folder, module: 0.0)
 

@@ -166,7 +166,8 @@ def test_hook_register_features(make_plugins):
 def test_hook_register_objectives(make_plugins, asrkit_cli):
     plugins = make_plugins(ToyPlugin(), entry_points=True)
     assert plugins.registry.get("objective", "toy-objective").encoder_width(None, None) == 7
-    assert plugins.registry.names("objective") == ["ctc", "toy-objective", "transducer"]
+    assert plugins.registry.names("objective") == ["attention", "ctc", "toy-objective",
+                                                   "transducer"]
     listing = asrkit_cli(["plugins"], plugins)
     assert "objective toy-objective" in listing.stdout and "objective ctc" in listing.stdout
 

@@ -76,7 +76,8 @@ def home(datasets, monkeypatch):
     (["-o", "features.high_hz=abc"], "-o features.high_hz=abc: not a number or none"),
     (["-o", "features.normalize=global"], "setting normalize='global' is not allowed: must be "
                                           "one of none, feature, utterance"),
-    (["-o", "decoder=nosuch"], "no decoder named 'nosuch' is installed (installed: beam, "),
+    (["-o", "decoder=nosuch"],
+     "no decoder named 'nosuch' is installed (installed: attention-beam, "),
     (["-m", "nosuch"], "no model named 'nosuch' is installed (installed: "),
 ])
 def test_a_bad_setting_stops_train_before_any_work(home, asrkit_cli, tmp_path, args, message):
@@ -172,7 +173,7 @@ def test_override_refuses_in_one_line(key, value, message):
 def test_check_names_lists_what_is_installed():
     check_names(TrainConfig())
     with pytest.raises(AsrkitError, match=r"^no decoder named 'nosuch' is installed \(installed: "
-                                          r"beam, greedy"):
+                                          r"attention-beam, attention-greedy"):
         check_names(TrainConfig(decoder="nosuch"))
 
 
@@ -298,7 +299,7 @@ def test_plugins_settings_lists_a_decoders_model_and_extractor_settings(asrkit_c
     assert missing.exit_code == 1
     assert missing.stderr.startswith("asrkit: error: no model, feature extractor, decoder, "
                                      "tokenizer or objective named 'nosuch' (models: ")
-    assert "; objectives: ctc, transducer)" in missing.stderr
+    assert "; objectives: attention, ctc, transducer)" in missing.stderr
     chars = asrkit_cli(["plugins", "--settings", "chars"], plugins)
     assert "tokenizer chars (asrkit tokenizer build -s KEY=VALUE)" in chars.stdout
     ctc = asrkit_cli(["plugins", "--settings", "ctc"], plugins)

@@ -312,7 +312,7 @@ class AttentionBeamConfig:
     #: Stop an utterance's search when the best hypotheses ended at each of the last 3
     #: lengths are this far (natural log) below the best ended one (ESPnet's end_detect); none:
     #: search until every hypothesis ended or reached the limit.
-    end_margin: float | None = setting(10.0, above=0.0)
+    end_margin: float | None = setting(10.0, above=0.0, max=1e6)
 
     def __post_init__(self) -> None:
         validate(self)
