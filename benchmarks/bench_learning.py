@@ -101,8 +101,11 @@ SEARCHES = {"ctc": ("beam", "kenlm"), "transducer": ("transducer-beam", "transdu
 
 def searches(run: Path) -> tuple[str, str]:
     """The beam search and the LM decoder of ``run``'s objective."""
-    objective = json.loads((run / "config.json").read_text())["train"].get("objective", "ctc")
-    return SEARCHES[objective]
+    return SEARCHES[objective_of(run)]
+
+
+def objective_of(run: Path) -> str:
+    return json.loads((run / "config.json").read_text())["train"].get("objective", "ctc")
 
 
 def tune_lm(run: Path, lm: Path, checkpoint: str) -> list[str]:
@@ -149,14 +152,14 @@ def score(run: Path, lm: Path | None, checkpoint: str, beam: bool = False,
     weights (``test+lm``) and at those chosen on dev (``test+tuned-lm``)."""
     decoders = {"": []}
     search, with_lm = searches(run)
-    if beam:
+    run_decoder = json.loads((run / "config.json").read_text())["train"]["decoder"]
+    if beam and search != run_decoder:  # an attention run's own decoder is its beam search
         decoders["+beam"] = ["--decoder", search]
     if lm:
         decoders["+lm"] = ["--decoder", with_lm, "-o", f"decoder.lm={lm}"]
         decoders["+tuned-lm"] = decoders["+lm"] + tune_lm(run, lm, checkpoint)
-    objective = json.loads((run / "config.json").read_text())["train"].get("objective", "ctc")
     for name, (only, options) in (extra or {}).items():
-        if only in ("", objective):
+        if only in ("", objective_of(run)):
             decoders[f"+{name}"] = options
     results = {}
     for split in TEST_SETS:
@@ -319,7 +322,7 @@ def column_name(key: str) -> str:
 
 
 def table(results: list[dict]) -> str:
-    columns = max((scored(r) for r in results), key=len)
+    columns = [s + d for d in DECODINGS for s in TEST_SETS if any(s + d in r for r in results)]
     head = ("| model | variant | minutes | steps | checkpoint (step) | s/step | peak MiB | "
             + " | ".join(f"{column_name(s)} CER / WER" for s in columns) + " |")
     rows = [head, "|" + "---|" * (7 + len(columns))]

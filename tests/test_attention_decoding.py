@@ -26,6 +26,7 @@ from asrkit.decoders.attention import (
 )
 from asrkit.decoders.beam import BeamDecoder
 from asrkit.decoders.scoring import WordScorer
+from tests.test_transducer import fused_with_words
 
 #: Two letters and the space; the blank (the end symbol) is class 3.
 LABELS = Alphabet(("a", "b", " "))
@@ -326,29 +327,7 @@ def test_a_wide_search_takes_fewer_utterances_at_once_and_finds_the_same(monkeyp
 # -- a word language model ------------------------------------------------------------------------
 
 
-class Words(WordScorer):
-    """Rewards the word "a" and penalises every other; records what it was asked."""
-
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-
-    def start(self):
-        return ()
-
-    def score_word(self, state, word):
-        self.asked.append(word)
-        return (2.0 if word == "a" else -1.0), (*state, word)
-
-    def score_end(self, state):
-        return -0.5
-
-
-class FusedBeam(AttentionBeamDecoder):
-    scorer: Words
-
-    def make_scorer(self, labels):
-        type(self).scorer = Words()
-        return type(self).scorer
+FusedBeam = fused_with_words(AttentionBeamDecoder)
 
 
 def test_a_word_scorer_is_fused_into_the_beam():

@@ -15,7 +15,11 @@ import pytest
 from asrkit import plugins
 from asrkit.decoders.attention import ATTENTION_OUTPUTS
 from tests.test_recipe_accumulate import check_one_update_of_the_larger_batch
-from tests.test_transducer_training import networks_and_state, step_losses
+from tests.test_transducer_training import (
+    check_a_stopped_run_resumes_exactly,
+    networks_and_state,
+    step_losses,
+)
 
 #: A tiny conformer with the attention objective (the tiny preset's Transformer decoder, joint
 #: CTC at its default weight, label smoothing) without dropout, so that a resumed run draws
@@ -48,32 +52,14 @@ def test_accumulation_and_towers_make_the_update_of_the_larger_batch(objective):
 def test_a_stopped_attention_run_resumes_exactly(home, asrkit_cli, tmp_path):
     """Stopped after 3 updates, mid-way through its first epoch (and after a whole number of
     micro-batch pairs), and resumed to 6, a run ends as one run to 6 does."""
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    done = asrkit_cli(["train", *ATTENTION, "-o", "max_steps=6", "--run-dir", whole])
-    assert done.exit_code == 0, done.stderr[-3000:]
+    whole, weights = check_a_stopped_run_resumes_exactly(asrkit_cli, tmp_path, ATTENTION)
     config = json.loads((whole / "config.json").read_text())
     assert config["train"]["objective"] == "attention"
     assert config["train"]["decoder"] == "attention-beam"
     # The tiny preset's decoder (the objective's preset).
     assert (config["objective"]["d_model"], config["objective"]["layers"]) == (16, 1)
-    stopped = asrkit_cli(["train", *ATTENTION, "-o", "max_steps=3", "--run-dir", parts])
-    assert stopped.exit_code == 0, stopped.stderr[-3000:]
-    _, state = networks_and_state(parts)
-    assert (state["global_step"], state["epoch"], state["step_in_epoch"]) == (3, 0, 6)
-    resumed = asrkit_cli(["train", "--resume", parts, "-o", "max_steps=6", "--no-progress"])
-    assert resumed.exit_code == 0, resumed.stderr[-3000:]
-
-    expected, expected_state = networks_and_state(whole)
-    got, got_state = networks_and_state(parts)
-    assert got_state["global_step"] == expected_state["global_step"] == 6
-    assert any(path.startswith("attention_head/block0/") for path in got)
-    assert any(path.startswith("attention_head/ctc_output/") for path in got)
-    assert got.keys() == expected.keys()
-    for path, value in expected.items():
-        np.testing.assert_allclose(got[path], value, rtol=1e-5, atol=1e-6, err_msg=path)
-    losses = step_losses(whole)
-    assert sorted(losses) == list(range(1, 7))
-    assert step_losses(parts) == pytest.approx(losses, rel=1e-5)
+    assert any(path.startswith("attention_head/block0/") for path in weights)
+    assert any(path.startswith("attention_head/ctc_output/") for path in weights)
 
 
 @pytest.mark.parametrize("decoder", ["transformer", "las"])

@@ -188,12 +188,21 @@ class Words(WordScorer):
         return -0.5
 
 
-class FusedBeam(TransducerBeamDecoder):
-    scorer: Words
+def fused_with_words(search: type) -> type:
+    """A subclass of the beam search ``search`` with :class:`Words` fused in; the class keeps
+    the last scorer it made (``scorer``), so a test can read what it was asked."""
 
-    def make_scorer(self, labels):
-        type(self).scorer = Words()
-        return type(self).scorer
+    class Fused(search):
+        scorer: Words
+
+        def make_scorer(self, labels):
+            type(self).scorer = Words()
+            return type(self).scorer
+
+    return Fused
+
+
+FusedBeam = fused_with_words(TransducerBeamDecoder)
 
 
 def test_a_word_scorer_is_fused_into_the_beam():

@@ -144,8 +144,7 @@ def serving_module(run: Run, model: keras.Model, with_text: bool = True) -> tf.M
     class Serving(tf.Module):
         def __init__(self) -> None:
             super().__init__(name="asrkit_serving")
-            self.model_variables = [getattr(v, "value", v) for v in model.variables]
-            describe_module(self, run)  # readable without asrkit: loaded.alphabet.numpy() ...
+            describe_module(self, run, model)  # readable without asrkit: loaded.alphabet ...
             self._signatures = pcm_signatures(
                 self, "logits", lambda audio: {"logits": logits_fn(audio)}, self._transcribe,
                 with_text)

@@ -180,10 +180,7 @@ def attention_module(run: Run, model: keras.Model, head: Any) -> tf.Module:
     class Serving(tf.Module):
         def __init__(self) -> None:
             super().__init__(name="asrkit_serving")
-            self.model_variables = [getattr(v, "value", v) for v in model.variables]
-            self.head_variables = [getattr(v, "value", v) for v in head.variables]
-            describe_module(self, run)
-            self.objective = tf.Variable("attention", trainable=False, name="objective")
+            describe_module(self, run, model, head, "attention")
             self.attention_decoder = tf.Variable(
                 str(getattr(head.config, "decoder", "")), trainable=False,
                 name="attention_decoder")

@@ -155,10 +155,7 @@ def transducer_module(run: Run, model: keras.Model, head: Any, max_symbols: int,
     class Serving(tf.Module):
         def __init__(self) -> None:
             super().__init__(name="asrkit_serving")
-            self.model_variables = [getattr(v, "value", v) for v in model.variables]
-            self.head_variables = [getattr(v, "value", v) for v in head.variables]
-            describe_module(self, run)
-            self.objective = tf.Variable("transducer", trainable=False, name="objective")
+            describe_module(self, run, model, head, "transducer")
             self.max_symbols = tf.Variable(max_symbols, trainable=False, name="max_symbols")
             self._signatures = pcm_signatures(
                 self, "encode", lambda audio: {"frames": encode_fn(audio)}, self._transcribe,

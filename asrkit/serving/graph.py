@@ -91,13 +91,21 @@ def text_of(characters: tf.Tensor, labels: Labels) -> tf.Tensor:
     return tf.strings.strip(tf.strings.regex_replace(spaced, r"\s+", " "))
 
 
-def describe_module(module: tf.Module, run: Run) -> None:
-    """Give an export's ``tf.Module`` the variables that make it readable without asrkit:
-    ``alphabet`` (the symbols, pieces too), ``word_marker``, ``frame_seconds`` and
-    ``sample_rate`` (``loaded.alphabet.numpy()`` ...), and ``_symbols``, the constant its
+def describe_module(module: tf.Module, run: Run, model: Any, head: Any = None,
+                    objective: str | None = None) -> None:
+    """Give an export's ``tf.Module`` what every export holds: the variables of ``model`` and
+    of the objective's ``head`` (their values only: a tracked Keras model would bring its own
+    serving function), the variables that make it readable without asrkit (``alphabet``, the
+    symbols, pieces too; ``word_marker``, ``frame_seconds``, ``sample_rate``, and ``objective``
+    when given: ``loaded.alphabet.numpy()`` ...), and ``_symbols``, the constant its
     ``transcribe`` gathers the emitted labels' symbols from."""
     import tensorflow as tf
 
+    module.model_variables = [getattr(v, "value", v) for v in model.variables]
+    if head is not None:
+        module.head_variables = [getattr(v, "value", v) for v in head.variables]
+    if objective is not None:
+        module.objective = tf.Variable(objective, trainable=False, name="objective")
     labels = run.labels
     module.alphabet = tf.Variable(list(labels.symbols), trainable=False, name="alphabet")
     module.word_marker = tf.Variable(labels.word_marker, trainable=False, name="word_marker")
