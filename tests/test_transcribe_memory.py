@@ -35,7 +35,7 @@ from asrkit.serving.transcribe import (
     transcribe_samples,
 )
 from asrkit.testing.models import make_tiny_run
-from tests.conftest import SPEECH
+from tests.conftest import FAULTS, ROOT, SPEECH
 from tests.test_transcribe import RATE, ToneRecognizer, greedy, long_recording
 
 LDC = SPEECH / "ldc93s1"
@@ -220,15 +220,18 @@ def test_a_sox_that_hangs_mid_file_ends_the_file_in_one_line(tmp_path, monkeypat
 
 def peak_rss_mib(args: list[str], log: Path) -> float:
     """Run ``python -m asrkit ARGS`` and return its peak resident memory (with its children's),
-    from the kernel's accounting of that one process (``wait4``), in MiB."""
+    as the process itself measures it at exit (tests/faults/sitecustomize.py: not the
+    ``ru_maxrss`` it inherits from this pytest worker), in MiB."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
+    peak = log.with_suffix(".peak")
+    environment["ASRKIT_TEST_PEAK_FILE"] = str(peak)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(FAULTS), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     with log.open("wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "asrkit", *args], env=environment,
-                                   stdout=output, stderr=subprocess.STDOUT)
-        _pid, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
+        process = subprocess.run([sys.executable, "-m", "asrkit", *args], env=environment,
+                                 stdout=output, stderr=subprocess.STDOUT, check=False)
     assert process.returncode == 0, log.read_text()[-2000:]
-    return usage.ru_maxrss / 1024  # kilobytes on Linux
+    return int(peak.read_text()) / 1024  # KiB
 
 
 def test_memory_does_not_grow_with_the_recording(tmp_path):

@@ -11,12 +11,31 @@ starts turns these variables into faults in that process and in the worker proce
   with ENOSPC, as a full disk fails it.
 - ``ASRKIT_TEST_STALL_AFTER_WAVS=N``: a converting process stops for good instead of writing
   its (N+1)-th recording (its other threads go on), for the test to kill it at that point.
+
+Not a fault, a measurement: ``ASRKIT_TEST_PEAK_FILE=PATH`` writes, at exit, the process's peak
+resident memory with its waited-for children's, in KiB. Its own is ``VmHWM``, not
+``ru_maxrss``: Linux carries ``ru_maxrss`` across ``exec``, so a process started by a large
+pytest worker would report the worker's peak.
 """
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
+import resource
+
+_peak_file = os.environ.get("ASRKIT_TEST_PEAK_FILE")
+if _peak_file:
+
+    def _write_peak(path: str = _peak_file) -> None:
+        with open("/proc/self/status") as status:
+            own = int(status.read().split("VmHWM:")[1].split()[0])
+        children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        with open(path, "w") as out:
+            out.write(str(max(own, children)))
+
+    atexit.register(_write_peak)
 
 _kill_at = os.environ.get("ASRKIT_TEST_KILL_AT_SAVE")
 if _kill_at:
