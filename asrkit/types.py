@@ -148,6 +148,45 @@ class AcousticModel(Protocol):
     def __call__(self, inputs: tuple[Any, Any], training: bool = False) -> Any: ...
 
 
+class StreamingModel(AcousticModel, Protocol):
+    """An :class:`AcousticModel` that also runs chunk by chunk, carrying its state: what a
+    streaming model's :meth:`ModelSpec.build` returns (:meth:`ModelSpec.streaming` says it is
+    one, and how it steps). ``asrkit transcribe --stream`` and the streaming exports call it as::
+
+        state = model.initial_state(batch_size)
+        outputs, state = model.step(features, lengths, state)   # once a chunk
+
+    - ``features``: float32 ``[batch, input_frames, num_features]``, the next
+      :attr:`StreamShape.input_frames` feature frames of each stream, zero-padded past
+      ``lengths`` (int32 ``[batch]``): every chunk is whole except a stream's last.
+    - ``state``: a list of tensors, each of a shape fixed by the batch size, so that a
+      SavedModel or TFLite signature can pass it in and out.
+    - ``outputs``: ``[batch, input_frames / time_stride, width]``, what the whole-utterance call
+      gives for those frames, :attr:`StreamShape.delay` output frames late: the stream's first
+      ``delay`` outputs are not frames of the utterance, and a stream ends with steps of length
+      0 until every frame is out.
+
+    The contract is exactness: for any utterance, the outputs of its chunks, the first
+    ``delay`` dropped and cut at ``output_length``, equal the whole-utterance call's to float
+    tolerance (``asrkit.testing.check_streaming_model`` checks it). So evaluation scores
+    exactly what a stream transcribes, and a streaming model is trained as any other.
+    """
+
+    def initial_state(self, batch_size: int) -> list[Any]: ...
+
+    def step(self, features: Any, lengths: Any, state: list[Any]) -> tuple[Any, list[Any]]: ...
+
+
+@dataclass(frozen=True)
+class StreamShape:
+    """How a streaming model steps (:meth:`ModelSpec.streaming`)."""
+
+    #: Feature frames a step reads (a multiple of the model's time stride).
+    input_frames: int
+    #: Output frames the step's outputs lag behind its input (look-ahead past the chunk).
+    delay: int = 0
+
+
 class ModelSpec(ABC):
     """A network architecture trainable with ``asrkit train --model <name>``.
 
@@ -191,6 +230,23 @@ class ModelSpec(ABC):
         declares its ``time_stride`` and produces that many frames; it does not override this."""
         stride = self.time_stride(config)
         return length if stride == 1 else (length + stride - 1) // stride
+
+    def streaming(self, config: Any) -> StreamShape | None:
+        """How the model built with ``config`` steps through a stream
+        (:class:`StreamingModel`), or ``None`` (the default) when it needs the whole utterance.
+
+        A streaming model's ``Config`` has ``chunk_frames``, the output frames of a chunk (0:
+        the whole utterance): commands that decode at another chunk size (``asrkit transcribe
+        --chunk-ms``, ``asrkit evaluate --chunk-ms``) replace it, and a model whose
+        whole-utterance output depends on the chunk (chunked attention) computes that output
+        for its ``chunk_frames``. ``trained_chunks(config)`` says which sizes it learned."""
+        return None
+
+    def trained_chunks(self, config: Any) -> tuple[int, int] | None:
+        """The range ``(lo, hi)`` of ``chunk_frames`` the model was trained to decode (``None``:
+        any size decodes the same, as a forward-only recurrence does). 0 in ``config``'s
+        ``chunk_frames`` (the whole utterance) is always allowed."""
+        return None
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, ClassVar
 from asrkit import hookimpl
 from asrkit.models.conformer_config import SUBSAMPLING_STRIDE, ConformerConfig
 from asrkit.models.presets import LOGMEL_FULL
-from asrkit.types import AcousticModel, ModelSpec
+from asrkit.types import AcousticModel, ModelSpec, StreamShape
 
 if TYPE_CHECKING:
 
@@ -63,7 +63,7 @@ def build_conformer(config: ConformerConfig, num_features: int,
 
     from asrkit.models.conformer_layers import Conformer as ConformerModel
 
-    model = ConformerModel(config, num_classes)
+    model = ConformerModel(config, num_classes, num_features)
     model((tf.zeros([1, 8, num_features]), tf.constant([8])))  # create the variables
     return model
 
@@ -110,6 +110,16 @@ class Conformer(ModelSpec):
     def build(self, config: ConformerConfig, num_features: int,
               num_classes: int) -> AcousticModel:
         return build_conformer(config, num_features, num_classes)
+
+    def streaming(self, config: ConformerConfig) -> StreamShape | None:
+        """A streaming Conformer steps by its chunk: 4 feature frames an encoder frame, nothing
+        read past the chunk (no delay)."""
+        if not config.streaming or not config.chunk_frames:
+            return None
+        return StreamShape(input_frames=self.time_stride(config) * config.chunk_frames)
+
+    def trained_chunks(self, config: ConformerConfig) -> tuple[int, int] | None:
+        return config.trained_chunks()
 
 
 @hookimpl

@@ -70,10 +70,12 @@ from asrkit.testing.models import (
 )
 from asrkit.testing.objectives import *  # noqa: F403  (the objective contract checks)
 from asrkit.testing.objectives import __all__ as _objective_checks
+from asrkit.testing.streaming import check_streaming_model
 from asrkit.testing.tokenizers import *  # noqa: F403  (the tokenizer contract checks)
 from asrkit.testing.tokenizers import __all__ as _tokenizer_checks
 
 __all__ = ["check_export", "check_extractor", "check_model", "check_output_lengths",
+           "check_streaming_model",
            "check_padding", "check_precision", "check_training", "import_sample", "make_tiny_run",
            *_decoder_checks, *_objective_checks, *_tokenizer_checks]
 
