@@ -18,7 +18,8 @@ registered through the ``register_features`` hook:
 
 Both take float32 audio in [-1, 1] at 16 kHz, shape ``[samples]`` (``extract``) or a padded batch
 ``[batch, samples]`` with lengths (``extract_batch``), and can normalise each utterance (mean and
-variance per coefficient, or one mean and variance for the whole utterance, as the notebook did).
+variance per coefficient, one mean and variance for the whole utterance, as the notebook did, or
+a causal running mean per coefficient, which a stream of audio can compute as it arrives).
 
 TensorFlow and numpy are imported inside the functions: this module is loaded on every start of
 the command line (it is a plugin entry point) and must stay cheap to import.
@@ -47,9 +48,13 @@ FLOAT64_EPS = 2.220446049250313e-16
 #: 2**15: the notebook read 16-bit WAV files as integers, so its MFCCs are of int16-scaled audio.
 INT16_SCALE = 32768.0
 #: Per-utterance normalisation modes: none; zero mean and unit variance for each coefficient over
-#: the utterance's frames (CMVN); or one mean and variance over all the utterance's values (the
-#: notebook's whitening).
-NORMALIZATIONS = ("none", "feature", "utterance")
+#: the utterance's frames (CMVN); one mean and variance over all the utterance's values (the
+#: notebook's whitening); or "running", causal mean normalisation: each coefficient minus its
+#: mean over the frames so far (0..t), which a stream can compute as audio arrives
+#: (:mod:`asrkit.serving.stream_features`) where the other two need the whole utterance.
+NORMALIZATIONS = ("none", "feature", "utterance", "running")
+#: The modes that need only the frames so far, so that a stream computes them as it goes.
+CAUSAL_NORMALIZATIONS = ("none", "running")
 #: Added to variances before dividing, so a constant coefficient does not divide by zero.
 NORMALIZE_EPSILON = 1e-5
 
@@ -130,13 +135,19 @@ def _check_common(config: MFCCConfig | LogMelConfig) -> None:
 # -- the spectrum (frame counts are asrkit.core.frames') -------------------------------------------
 
 
-def _preemphasize(audio: tf.Tensor, coefficient: float) -> tf.Tensor:
-    """``y[0] = x[0]``, ``y[n] = x[n] - a x[n-1]`` along the last axis."""
+def _preemphasize(audio: tf.Tensor | np.ndarray, coefficient: float) -> tf.Tensor | np.ndarray:
+    """``y[0] = x[0]``, ``y[n] = x[n] - a x[n-1]`` along the last axis. A float32 numpy array
+    stays one (with the same float32 arithmetic, so the same values): a stream of audio
+    (:mod:`asrkit.serving.stream_features`) pre-emphasises its pieces without a TensorFlow call."""
+    import numpy as np
     import tensorflow as tf
 
     if coefficient == 0:
         return audio
-    return tf.concat([audio[..., :1], audio[..., 1:] - coefficient * audio[..., :-1]], axis=-1)
+    rest = audio[..., 1:] - coefficient * audio[..., :-1]
+    if isinstance(audio, np.ndarray):
+        return np.concatenate([audio[..., :1], rest.astype(audio.dtype, copy=False)], axis=-1)
+    return tf.concat([audio[..., :1], rest], axis=-1)
 
 
 def _squared_magnitude(frames: tf.Tensor, fft_length: int, window: np.ndarray | None) -> tf.Tensor:
@@ -258,6 +269,20 @@ def _periodic_hann(length: int) -> np.ndarray:
 # -- normalisation and context ------------------------------------------------------------------
 
 
+def _running_mean_removed(features: tf.Tensor, mask: tf.Tensor | None, axis: int) -> tf.Tensor:
+    """``x[t] - mean(x[0..t])`` along ``axis`` (frames), vectorised with ``tf.cumsum``; with a
+    ``mask`` (1 on an utterance's frames, 0 on padding) padding neither counts nor survives.
+    No variance: a causal variance of a few frames is noise that the division would blow up."""
+    import tensorflow as tf
+
+    if mask is None:
+        frames = tf.shape(features)[axis]
+        count = tf.cast(tf.range(1, frames + 1), features.dtype)[:, tf.newaxis]
+        return features - tf.cumsum(features, axis=axis) / count
+    count = tf.maximum(tf.cumsum(mask, axis=axis), 1.0)
+    return (features - tf.cumsum(features * mask, axis=axis) / count) * mask
+
+
 def normalize(features: tf.Tensor, mode: str, lengths: tf.Tensor | None = None) -> tf.Tensor:
     """Normalise each utterance: ``mode`` is one of :data:`NORMALIZATIONS`.
 
@@ -270,6 +295,8 @@ def normalize(features: tf.Tensor, mode: str, lengths: tf.Tensor | None = None) 
         return features
     if mode not in NORMALIZATIONS:
         raise FeatureError(f"normalize={mode!r} is not one of {', '.join(NORMALIZATIONS)}")
+    if features.shape.rank == 2 and lengths is None and mode == "running":
+        return _running_mean_removed(features, None, axis=0)
     if features.shape.rank == 2 and lengths is None:  # one utterance: no padding to mask
         axes = [0] if mode == "feature" else [0, 1]
         mean, variance = tf.nn.moments(features, axes=axes, keepdims=True)
@@ -281,6 +308,9 @@ def normalize(features: tf.Tensor, mode: str, lengths: tf.Tensor | None = None) 
     if lengths is None:
         lengths = tf.fill([tf.shape(features)[0]], frames)
     mask = tf.sequence_mask(lengths, frames, dtype=features.dtype)[:, :, tf.newaxis]
+    if mode == "running":
+        result = _running_mean_removed(features, mask, axis=1)
+        return result if batched else result[0]
     axes = [1] if mode == "feature" else [1, 2]
     count = tf.reduce_sum(mask, axis=1, keepdims=True)
     if mode == "utterance":
@@ -335,6 +365,16 @@ class SpectralExtractor(FeatureExtractor):
     def _from_power(self, power: tf.Tensor, config: Any) -> tf.Tensor:
         """Features ``[..., frames, num_features]`` of ``|FFT|^2`` ``[..., frames, bins]``."""
 
+    def frame_features(self, frames: tf.Tensor | np.ndarray, config: Any) -> tf.Tensor:
+        """Un-normalised features ``[..., frames, num_features]`` of frames of pre-emphasised
+        samples ``[..., frames, window]``: window, power spectrum and the subclass's features.
+
+        Why one function: ``extract``, ``extract_batch`` and a stream of audio
+        (:class:`asrkit.serving.stream_features.FeatureStream`, which frames as samples arrive)
+        all call it, so a stream's features cannot drift from the whole utterance's."""
+        power = _squared_magnitude(frames, config.fft_length, self._window(config))
+        return self._from_power(power, config)
+
     def extract(self, audio: tf.Tensor | np.ndarray, config: Any) -> tf.Tensor:
         """Features ``[frames, num_features]`` of float32 audio ``[samples]`` in [-1, 1]."""
         import tensorflow as tf
@@ -345,8 +385,7 @@ class SpectralExtractor(FeatureExtractor):
         frames_count = count_frames(tf.size(signal), window, step)
         padding = (frames_count - 1) * step + window - tf.size(signal)
         frames = tf.signal.frame(tf.pad(signal, [[0, padding]]), window, step)
-        power = _squared_magnitude(frames, config.fft_length, self._window(config))
-        return normalize(self._from_power(power, config), config.normalize)
+        return normalize(self.frame_features(frames, config), config.normalize)
 
     def extract_batch(self, audio: tf.Tensor | np.ndarray, lengths: tf.Tensor | np.ndarray,
                       config: Any) -> tuple[tf.Tensor, tf.Tensor]:
@@ -366,8 +405,7 @@ class SpectralExtractor(FeatureExtractor):
         frame_lengths = count_frames(lengths, window, step)
         padding = (count_frames(samples, window, step) - 1) * step + window - samples
         frames = tf.signal.frame(tf.pad(signal, [[0, 0], [0, padding]]), window, step)
-        power = _squared_magnitude(frames, config.fft_length, self._window(config))
-        features = self._from_power(power, config)
+        features = self.frame_features(frames, config)
         features = features[:, : tf.reduce_max(frame_lengths)]
         mask = tf.sequence_mask(frame_lengths, tf.shape(features)[1], dtype=tf.float32)
         features = normalize(features * mask[:, :, tf.newaxis], config.normalize, frame_lengths)

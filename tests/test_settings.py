@@ -75,7 +75,7 @@ def home(datasets, monkeypatch):
      "setting shuffle_buffer=0 is not allowed: must be an integer in [1, 1_000_000]"),
     (["-o", "features.high_hz=abc"], "-o features.high_hz=abc: not a number or none"),
     (["-o", "features.normalize=global"], "setting normalize='global' is not allowed: must be "
-                                          "one of none, feature, utterance"),
+                                          "one of none, feature, utterance, running"),
     (["-o", "decoder=nosuch"],
      "no decoder named 'nosuch' is installed (installed: attention-beam, "),
     (["-m", "nosuch"], "no model named 'nosuch' is installed (installed: "),

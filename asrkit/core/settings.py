@@ -7,7 +7,7 @@ stores a :class:`Range` (and, optionally, a one-line ``doc``) in the field's met
     n_hidden: int = setting(494, min=1, doc="units of each hidden layer")
     dropout: float = setting(0.05, min=0, below=1)
     token_min_logp: float | None = setting(-10.0, max=0, finite=False)
-    normalize: str = setting("none", choices=("none", "feature", "utterance"))
+    normalize: str = setting("none", choices=("none", "feature", "utterance", "running"))
 
 and the dataclass's ``__post_init__`` calls :func:`validate` (:func:`override` and
 :func:`from_dict` call it too, so a config without ``__post_init__`` is still checked when it is
