@@ -242,6 +242,10 @@ class ModelSpec(ABC):
         for its ``chunk_frames``. ``trained_chunks(config)`` says which sizes it learned."""
         return None
 
+    def streams(self, config: Any) -> bool:
+        """Whether the model built with ``config`` streams, at its chunk or another."""
+        return self.streaming(config) is not None or self.trained_chunks(config) is not None
+
     def trained_chunks(self, config: Any) -> tuple[int, int] | None:
         """The range ``(lo, hi)`` of ``chunk_frames`` the model was trained to decode (``None``:
         any size decodes the same, as a forward-only recurrence does). 0 in ``config``'s
@@ -433,6 +437,9 @@ class Objective(ABC):
     outputs: ClassVar[str] = CTC_LOGITS
     #: The decoder of its runs when none is named; it reads ``outputs``.
     default_decoder: ClassVar[str] = "greedy"
+    #: Its fastest decoder, which ``asrkit transcribe --stream`` shows partial results with as
+    #: the audio comes (the final ones are the chosen decoder's); it reads ``outputs``.
+    greedy_decoder: ClassVar[str] = "greedy"
     #: The objective's settings under each model preset (see the class docstring).
     presets: ClassVar[dict[str, dict[str, str]]] = {}
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from asrkit.commands.options import FiniteFloat
 from asrkit.runs.run import CHECKPOINTS
 
 if TYPE_CHECKING:
@@ -48,11 +49,15 @@ if TYPE_CHECKING:
 @click.option("--compare", "other", type=click.Path(exists=True, path_type=Path), default=None,
               help="Also score this run on the split and test whether their WER and CER "
                    "differ beyond chance (paired bootstrap).")
+@click.option("--chunk-ms", type=FiniteFloat(min=0.0), default=None,
+              help="A streaming run: decode in chunks of this many milliseconds, as "
+                   "`asrkit transcribe --stream` would (0: whole utterances) [default: the "
+                   "run's].")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, checkpoint: str,
                      json_file: Path | None, settings: tuple[str, ...], watch: bool,
                      grid: tuple[str, ...], best_by: str, other: Path | None,
-                     no_progress: bool) -> None:
+                     chunk_ms: float | None, no_progress: bool) -> None:
     """Corpus WER and CER of a trained run on a split, with best, median and worst samples."""
     from asrkit.config.overrides import parse_decoder_choice
     from asrkit.core.errors import AsrkitError
@@ -65,6 +70,9 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
     if other is not None and (watch or grid):
         raise AsrkitError("--compare scores two runs' checkpoints once: not with --watch or "
                           "--grid")
+    if chunk_ms is not None and (watch or grid or other is not None):
+        raise AsrkitError("--chunk-ms scores one run's checkpoint: not with --watch, --grid "
+                          "or --compare")
     if watch:
         from asrkit.evaluation.watch import watch_run
 
@@ -82,7 +90,8 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
                                 progress=not no_progress)
         _show(search, json_file)
         return
-    evaluation = evaluate_run(run, split, choice, checkpoint, progress=not no_progress)
+    evaluation = evaluate_run(run, split, choice, checkpoint, progress=not no_progress,
+                              chunk_ms=chunk_ms)
     if other is not None:
         from asrkit.evaluation.compare import compare
 

@@ -14,11 +14,12 @@ from asrkit.core.errors import AsrkitError
 from asrkit.runs.run import CHECKPOINTS
 
 if TYPE_CHECKING:
+    from asrkit.config.overrides import DecoderChoice
     from asrkit.serving.transcribe import Options
 
 
 @click.command("transcribe")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--model", "-m", "model", required=True,
               type=click.Path(exists=True, path_type=Path),
               help="A run folder (its best checkpoint) or an export of `asrkit export` "
@@ -39,18 +40,47 @@ if TYPE_CHECKING:
                                       "word (at most 30).")
 @click.option("-o", "settings", multiple=True, metavar="decoder.KEY=VALUE",
               help="A decoder setting, e.g. decoder.beam_width=100 (see docs/decoders.md).")
+@click.option("--stream", is_flag=True,
+              help="Streaming: words as the audio comes, partial results and final ones at "
+                   "pauses (a streaming run; one file, - for audio on standard input, or "
+                   "--microphone). See docs/streaming.md.")
+@click.option("--chunk-ms", type=FiniteFloat(min=0.0), default=None,
+              help="With --stream: the model's chunk in milliseconds [default: the run's].")
+@click.option("--realtime", is_flag=True,
+              help="With --stream: read a file no faster than it plays, as a live source.")
+@click.option("--microphone", is_flag=True,
+              help="With --stream: the default microphone, until Ctrl-C (needs "
+                   "`pip install 'asrkit[microphone]'`).")
+@click.option("--endpoint-seconds", type=FiniteFloat(min=0.1, max=30.0), default=0.8,
+              show_default=True,
+              help="With --stream: seconds without a new word that end an utterance.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | None,
                        checkpoint: str, as_json: bool, chunk_seconds: float,
-                       overlap_seconds: float, settings: tuple[str, ...],
-                       no_progress: bool) -> None:
+                       overlap_seconds: float, settings: tuple[str, ...], stream: bool,
+                       chunk_ms: float | None, realtime: bool, microphone: bool,
+                       endpoint_seconds: float, no_progress: bool) -> None:
     """Transcribe audio files, or every audio file under directories.
 
     Any format, sample rate and channel count sox reads (WAV, FLAC, MP3, Ogg, Opus, ...) is
     converted to 16 kHz mono on the fly, as a stream: memory holds one piece of a recording,
     not the whole of it. A file that cannot be read is reported on one line and
     the others still transcribe; the exit status is then 1.
+
+    With --stream, a streaming run transcribes as the audio comes (a file, `-` for standard
+    input, or --microphone): partial results while a sentence is heard, a final one at each
+    pause; --json writes each as a JSON line.
     """
+    if stream or microphone or chunk_ms is not None or realtime:
+        if not stream:
+            raise AsrkitError("--chunk-ms, --realtime and --microphone go with --stream")
+        from asrkit.config.overrides import parse_decoder_choice
+
+        _transcribe_stream(inputs, model, parse_decoder_choice(decoder, settings), checkpoint,
+                           as_json, chunk_ms, realtime, microphone, endpoint_seconds)
+        return
+    if not inputs:
+        raise AsrkitError("give the audio files (or directories) to transcribe")
     from asrkit.config.overrides import parse_decoder_choice
     from asrkit.serving.transcribe import (
         Options,
@@ -104,3 +134,57 @@ def _echo(line: str, err: bool = False) -> None:
 
     with tqdm.external_write_mode():
         click.echo(line, err=err)
+
+
+def _transcribe_stream(inputs: tuple[Path, ...], model: Path, choice: DecoderChoice,
+                       checkpoint: str, as_json: bool, chunk_ms: float | None, realtime: bool,
+                       microphone: bool, endpoint_seconds: float) -> None:
+    """``--stream``: one source's updates as they come; on a terminal, the partial transcript
+    on the last line, rewritten as it changes, and each final one on a line of its own."""
+    import sys
+    from contextlib import ExitStack
+
+    from asrkit.serving.stream import Endpoints, StreamingModel, StreamTranscriber
+    from asrkit.serving.stream import transcribe_stream as updates_of
+    from asrkit.serving.stream_sources import (
+        file_blocks,
+        microphone_blocks,
+        paced,
+        stdin_blocks,
+    )
+
+    if microphone and inputs:
+        raise AsrkitError("--microphone is the source: give no files with it")
+    if not microphone and len(inputs) != 1:
+        raise AsrkitError("--stream transcribes one source: a file, - for standard input, or "
+                          "--microphone")
+    if realtime and (microphone or str(inputs[0]) == "-"):
+        raise AsrkitError("--realtime paces a file; standard input and the microphone come "
+                          "at their own pace")
+    streaming = StreamingModel(model, checkpoint, chunk_ms)
+    chosen = streaming.run.choose_decoder(choice)
+    from asrkit.config.decoding import try_decoder
+
+    try_decoder(chosen, streaming.labels)
+    transcriber = StreamTranscriber(streaming, chosen, Endpoints(endpoint_seconds))
+    live = sys.stdout.isatty() and not as_json
+    with ExitStack() as stack:
+        if microphone:
+            blocks = microphone_blocks()
+        elif str(inputs[0]) == "-":
+            blocks = stdin_blocks()
+        else:
+            blocks = stack.enter_context(file_blocks(inputs[0]))
+            if realtime:
+                blocks = paced(blocks)
+        for update in updates_of(blocks, transcriber):
+            if as_json:
+                click.echo(update.json_line())
+            elif update.kind == "final":
+                click.echo(("\r\x1b[K" if live else "") + update.text)
+            elif live:
+                click.echo("\r\x1b[K" + update.text, nl=False)
+            sys.stdout.flush()
+    if transcriber.interrupted:
+        click.echo(f"asrkit: stopped after {transcriber.heard:.1f} s of audio; what was heard "
+                   "is above", err=True)

@@ -32,6 +32,7 @@ from asrkit.config.train import TrainConfig
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import check_sample_rate
 from asrkit.core.settings import apply, from_dict, to_dict
+from asrkit.types import ModelSpec
 
 #: Settings outside ``train`` that a resumed run may change: the size of its batches, like
 #: ``batch_size`` (after running out of memory), on which the weights do not depend.
@@ -116,11 +117,29 @@ def build_run_config(named: Mapping[str, Any], overrides: Overrides) -> tuple[Ru
             raise AsrkitError(f"set the {key} with --{key.replace('_', '-')} (or -o {key}=...)")
     pipeline = apply(PipelineConfig(batch_size=train.batch_size, seed=train.seed),
                      settings.section("pipeline"), "pipeline.")
-    config = RunConfig(train, apply(spec.Config(), settings.section("model"), "model."),
-                       feature_config, pipeline,
+    model_config = apply(spec.Config(), settings.section("model"), "model.")
+    feature_config, why = streamable_features(spec, model_config, feature_config,
+                                              overrides, why)
+    config = RunConfig(train, model_config, feature_config, pipeline,
                        decoder_settings(train.decoder, settings.section("decoder")),
                        objective_settings(train.objective, settings.section("objective")))
     return config, f"preset: {preset or 'none'} ({why})"
+
+
+def streamable_features(spec: ModelSpec, model_config: Any, feature_config: Any,
+                        overrides: Overrides, why: str) -> tuple[Any, str]:
+    """A streaming model's features must stream too: normalising over the whole utterance
+    (``feature``, ``utterance``) needs audio a stream has not heard yet. A preset's such
+    normalisation becomes ``running`` (and ``why`` says so); the user's own is refused."""
+    mode = getattr(feature_config, "normalize", None)
+    if not spec.streams(model_config) or mode in (None, "none", "running"):
+        return feature_config, why
+    if "normalize" in overrides.keys("features"):
+        raise AsrkitError(f"-o features.normalize={mode} normalises over whole utterances, "
+                          "which a streaming model has not heard yet: use running (or none)")
+    return (replace(feature_config, normalize="running"),
+            f"{why}; features.normalize=running: a stream cannot normalise over the whole "
+            "utterance")
 
 
 def resume_config(config: RunConfig, overrides: Overrides) -> RunConfig:

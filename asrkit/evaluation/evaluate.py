@@ -15,6 +15,7 @@ from asrkit.config.overrides import DecoderChoice
 from asrkit.dataset.shards import damaged_dataset_error
 from asrkit.evaluation.restore import restore_networks
 from asrkit.pipeline.batches import make_dataset
+from asrkit.runs.chunks import chunk_ms_of, with_chunk
 from asrkit.runs.run import Run, load_run
 from asrkit.runs.scoring import (
     BatchOutputs,
@@ -75,17 +76,19 @@ def load_split_model(run: Run, split: str, checkpoint: str = "best") -> SplitMod
 
 def evaluate_run(folder: str | Path, split: str = "test",
                  decoder: DecoderChoice | None = None, checkpoint: str = "best",
-                 progress: bool = True) -> Evaluation:
+                 progress: bool = True, chunk_ms: float | None = None) -> Evaluation:
     """Evaluate a saved run's checkpoint (``best``, else ``latest``) on ``split`` with the
-    run's decoder, or the one ``decoder`` chooses."""
-    # The decoder first: a bad setting, or a file it needs and lacks, is said before the
-    # model loads.
-    run = load_run(folder)
+    run's decoder, or the one ``decoder`` chooses; a streaming run in chunks of ``chunk_ms``
+    (:func:`asrkit.runs.chunks.with_chunk`; ``None``: its own)."""
+    # The decoder and the chunk first: a bad setting, or a file it needs and lacks, is said
+    # before the model loads.
+    run = with_chunk(load_run(folder), chunk_ms)
     chosen = run.choose_decoder(decoder or DecoderChoice())
     try_decoder(chosen, run.labels)
     loaded = load_split_model(run, split, checkpoint)
     evaluation = decode_outputs(loaded.outputs(), chosen, loaded.run.labels, split, progress)
     evaluation.checkpoint = loaded.checkpoint
+    evaluation.chunk_ms = chunk_ms_of(run)
     return evaluation
 
 

@@ -347,6 +347,7 @@ class AttentionObjective(Objective):
     Config = AttentionConfig
     outputs = ATTENTION_OUTPUTS
     default_decoder = "attention-beam"
+    greedy_decoder = "attention-greedy"
     #: The decoder's sizes where each model preset applies: ``full`` is ESPnet's small
     #: conformer recipes' Transformer decoder (256 wide, 4 heads, 6 blocks, 2048 inner);
     #: ``cpu`` matches the conformer's cpu width (128) with 2 blocks, to learn in minutes on

@@ -221,6 +221,7 @@ class TransducerObjective(Objective):
     Config = TransducerConfig
     outputs = TRANSDUCER_OUTPUTS
     default_decoder = "transducer-greedy"
+    greedy_decoder = "transducer-greedy"
     #: The prediction and joint networks' sizes where each model preset applies: ``full`` is
     #: the Conformer-Transducer small configuration's (320 units, one LSTM layer).
     presets: ClassVar[dict[str, dict[str, str]]] = {

@@ -77,6 +77,8 @@ class Evaluation:
     #: The utterances whose transcript the decoder cut at its length limit
     #: (:class:`asrkit.types.Decoded`), by id.
     hit_length_limit: list[str] = field(default_factory=list)
+    #: A streaming run's chunk in milliseconds (0: the whole utterance); None for the others.
+    chunk_ms: float | None = None
 
     @property
     def wer(self) -> float:
@@ -109,6 +111,7 @@ class Evaluation:
         return {
             **({"checkpoint": self.checkpoint} if self.checkpoint else {}),
             "split": self.split, "decoder": self.decoder,
+            **({"chunk_ms": self.chunk_ms} if self.chunk_ms is not None else {}),
             "decoder_settings": self.decoder_settings, "utterances": len(self.utterances),
             "wer": self.wer, "cer": self.cer, "loss": self.loss,
             "intervals": {"level": LEVEL, "samples": SAMPLES, "seed": SEED,
@@ -127,7 +130,8 @@ class Evaluation:
         intervals = self.intervals()
         lines = [f"{self.split}: {len(self.utterances)} utterances, WER {self.wer:.2%}, "
                  f"CER {self.cer:.2%}, loss {self.loss:.3f} ({self.decoder} decoder"
-                 + "".join(f", {k}={v}" for k, v in self.decoder_changed.items()) + ")",
+                 + "".join(f", {k}={v}" for k, v in self.decoder_changed.items()) + ")"
+                 + _chunk_words(self.chunk_ms),
                  f"  {LEVEL:.0%} bootstrap interval: WER {intervals['wer'].low:.2%} to "
                  f"{intervals['wer'].high:.2%}, CER {intervals['cer'].low:.2%} to "
                  f"{intervals['cer'].high:.2%}",
@@ -264,3 +268,10 @@ def write_report(evaluation: Evaluation, folder: Path, name: str = "report") -> 
     """``<name>.json`` and ``<name>.txt`` (which checkpoint, when the evaluation knows it)."""
     (folder / f"{name}.json").write_text(json.dumps(evaluation.to_json(), indent=2) + "\n")
     (folder / f"{name}.txt").write_text(evaluation.text() + "\n")
+
+
+def _chunk_words(chunk_ms: float | None) -> str:
+    """How a streaming run was decoded, for the report's first line."""
+    if chunk_ms is None:
+        return ""
+    return ", whole utterances" if chunk_ms == 0 else f", chunks of {chunk_ms:g} ms"

@@ -154,6 +154,11 @@ def measure_audio(path: Path, keep: int, rate: int = SAMPLE_RATE) -> Measured:
     raise error
 
 
+def first_decoder(path: Path, rate: int = SAMPLE_RATE) -> str:
+    """The decoder a stream of ``path`` reads with (it is read once: no second try)."""
+    return _decoders(path, rate)[0]
+
+
 def _decoders(path: Path, rate: int) -> list[str]:
     """The decoders to try: in-process when libsndfile sees PCM at the right rate in one
     channel, else sox and then libsndfile (``dataset.audio.decode``'s order)."""

@@ -81,7 +81,7 @@ def check_objective_settings(objective: Objective) -> None:
     if not isinstance(getattr(objective, "description", None), str):
         raise AssertionError(f"{name}: description must be a string (one line for "
                              "`asrkit plugins`)")
-    for attribute in ("outputs", "default_decoder"):
+    for attribute in ("outputs", "default_decoder", "greedy_decoder"):
         value = getattr(objective, attribute, None)
         if not isinstance(value, str) or not NAME_PATTERN.match(value):
             raise AssertionError(f"{name}: {attribute} must be a name (lower-case letters, "
@@ -90,6 +90,13 @@ def check_objective_settings(objective: Objective) -> None:
         raise AssertionError(f"{name}: its outputs are CTC logits, whose runs are decoded by "
                              f"greedy unless the user names another, not by "
                              f"{objective.default_decoder!r}")
+    for attribute in ("default_decoder", "greedy_decoder"):
+        decoder = getattr(objective, attribute)
+        if decoder in plugins.get_plugins().registry.names("decoder"):
+            reads = plugins.get("decoder", decoder).reads
+            if reads != objective.outputs:
+                raise AssertionError(f"{name}: its {attribute} {decoder!r} reads {reads}, not "
+                                     f"its outputs ({objective.outputs})")
     kind: Any = objective.Config
     if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
         raise AssertionError(f"{name}: Config must be a dataclass, not {kind!r}")
