@@ -11,13 +11,14 @@ import pytest
 
 from asrkit import plugins
 from asrkit.testing import (
+    check_model,
     check_output_lengths,
     check_padding,
     check_precision,
     check_streaming_model,
-    check_training,
 )
-from asrkit.testing.models import build_model
+from asrkit.testing.models import _logits, build_model
+from asrkit.testing.streaming import streamed_outputs
 from asrkit.types import StreamShape
 
 #: Tiny widths: each check builds and steps in seconds on two cores.
@@ -125,6 +126,25 @@ def test_streaming_configs_train_in_bfloat16(name):
     spec, config = STREAMING[name]()
     features = DS2_FEATURES if spec.name == "ds2" else BRNN_FEATURES
     check_precision(spec, config, features, precision="mixed_bfloat16")
+
+
+@pytest.mark.parametrize("name", ["ds2-stride2", "brnn"])
+def test_a_stream_in_bfloat16_keeps_its_state_in_float32(name, random_lookahead):
+    """A model built under mixed precision streams too, its recurrent state carried in float32
+    across chunks as across the frames of the whole-utterance call (Keras would cast a layer's
+    float arguments to 16 bits)."""
+    from asrkit.train.precision import policy
+
+    spec, config = STREAMING[name]()
+    config = replace(config, chunk_frames=2)
+    features = DS2_FEATURES if spec.name == "ds2" else BRNN_FEATURES
+    x = np.random.default_rng(0).normal(size=(33, features)).astype(np.float32)
+    with policy("mixed_bfloat16"):
+        model = build_model(spec, config, features)
+        whole = _logits(model, x[None], [33])[0]
+        streamed = streamed_outputs(model, spec, config, x, [5, 1, 7])
+    assert streamed.shape == whole.shape
+    assert np.max(np.abs(streamed - whole)) <= 1e-3 * np.max(np.abs(whole))
 
 
 # -- the recurrent paths -------------------------------------------------------------------------
@@ -279,5 +299,9 @@ def test_streaming_settings_change_nothing_without_streaming(name):
     ("brnn", ["model.n_hidden=16", "model.n_cell=16", "model.context=2",
               "model.streaming=true"]),
 ])
-def test_a_streaming_model_trains(model, settings, tiny_dataset, tmp_path):
-    check_training(model, tmp_path / "run", tiny_dataset, settings, steps=3)
+def test_a_streaming_model_trains_and_exports(model, settings, tiny_dataset, tmp_path):
+    """``asrkit train --model NAME -o model.streaming=true``, then every contract check and the
+    exports."""
+    report = check_model(model, tmp_path / "run", tiny_dataset, settings, steps=3)
+    assert report.padding_max_abs_diff < 1e-4
+    assert set(report.export_max_abs_diff) == {"savedmodel", "tflite"}

@@ -275,9 +275,16 @@ class HoistedForward(HoistedBiRNN):
 
     DIRECTIONS = 1
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Keras would cast the float32 state to a mixed precision's 16 bits; the inputs are
+        # cast in call.
+        self._convert_input_args = False
+
     def call(self, inputs: tf.Tensor, lengths: tf.Tensor | None = None,
              state: list[tf.Tensor] | None = None,
              valid: tf.Tensor | None = None) -> Any:
+        inputs = tf.cast(inputs, self.compute_dtype)
         if state is not None:
             return self._continue(inputs, state, valid)
         run = self._keras_direction if self.impl == "keras" else self._direction
@@ -291,7 +298,8 @@ class HoistedForward(HoistedBiRNN):
 
     def _continue(self, inputs: tf.Tensor, state: list[tf.Tensor],
                   valid: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        states = self._scan(self._project(inputs, 0), 0, tuple(state), tf.transpose(valid))
+        state = tuple(tf.cast(s, tf.float32) for s in state)
+        states = self._scan(self._project(inputs, 0), 0, state, tf.transpose(valid))
         outputs = tf.cast(tf.transpose(states[0], [1, 0, 2]), inputs.dtype)
         return outputs * tf.cast(valid, outputs.dtype)[:, :, None], [s[-1] for s in states]
 
@@ -326,6 +334,7 @@ class LookaheadConv(keras.layers.Layer):
         if frames < 1:
             raise ValueError(f"a lookahead convolution needs frames >= 1, not {frames}")
         self.frames = frames
+        self._convert_input_args = False  # the state stays float32; the inputs cast in call
 
     def build(self, input_shape: Any) -> None:
         self.width = int(input_shape[-1])
@@ -339,6 +348,7 @@ class LookaheadConv(keras.layers.Layer):
                                       initializer=identity)
 
     def call(self, inputs: tf.Tensor, state: list[tf.Tensor] | None = None) -> Any:
+        inputs = tf.cast(inputs, self.compute_dtype)
         if state is None:
             return self._convolve(tf.pad(inputs, [[0, 0], [0, self.frames], [0, 0]]))
         window = tf.concat([tf.cast(state[0], inputs.dtype), inputs], axis=1)
