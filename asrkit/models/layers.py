@@ -16,10 +16,11 @@ all GPUs (training) and ``loop`` otherwise. Both read the same variables, so a c
 between them unchanged (``benchmarks/bench_rnn_paths.py`` measures the two).
 
 The forward-only layers (:class:`HoistedGRU`, :class:`HoistedLSTM`: the streaming models') have
-both implementations too, and a :meth:`~HoistedForward.step` that carries the state from one
-chunk of a stream to the next (always the loop: a stream is stepped at inference, where ``auto``
-gives the loop anyway, and the loop's state is explicit). :class:`LookaheadConv` is Deep Speech
-2's row convolution, the few frames of future context a forward-only model is allowed.
+both implementations too, and, called with a ``state``, carry it from one chunk of a stream to
+the next (:class:`HoistedForward`; always the loop: a stream is stepped at inference, where
+``auto`` gives the loop anyway, and the loop's state is explicit). :class:`LookaheadConv` is
+Deep Speech 2's row convolution, the few frames of future context a forward-only model is
+allowed.
 """
 
 from __future__ import annotations
