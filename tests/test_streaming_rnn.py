@@ -305,3 +305,20 @@ def test_a_streaming_model_trains_and_exports(model, settings, tiny_dataset, tmp
     report = check_model(model, tmp_path / "run", tiny_dataset, settings, steps=3)
     assert report.padding_max_abs_diff < 1e-4
     assert set(report.export_max_abs_diff) == {"savedmodel", "tflite"}
+
+
+def test_a_streaming_ds2_grows_by_forward_gru_layers():
+    """Pretraining by growth adds ``gru<i>`` under the lookahead convolution; every weight of
+    the smaller model carries over."""
+    from asrkit.train.model import carry_over
+
+    spec, config = ds2(rnn_layers=1, streaming=True, lookahead=2)
+    small = build_model(spec, config, DS2_FEATURES)
+    big = build_model(spec, replace(config, rnn_layers=2), DS2_FEATURES, seed=1)
+    old = {v.path: v.numpy() for v in small.variables if v.path.startswith("ds2/")}
+    assert carry_over(small, big) >= len(old)
+    new = [v.path for v in big.variables if v.path.startswith("ds2/") and v.path not in old]
+    assert new and all(path.startswith("ds2/gru1/") for path in new)
+    for variable in big.variables:
+        if variable.path in old:
+            assert np.array_equal(variable.numpy(), old[variable.path]), variable.path
