@@ -11,10 +11,14 @@ products with weights, where almost all the work is, with **a multiply-add as 2 
     ``2 * in * out`` per output position (frame).
 ``Conv1D``/``Conv2D``/``Conv3D``
     ``2 * kernel size`` (``kh * kw * in * out``) per output position (frame x frequency bin).
-recurrent layers (``HoistedBiLSTM``, ``HoistedBiGRU``, Keras ``LSTM``/``GRU``/``SimpleRNN``)
+recurrent layers (``HoistedBiLSTM``, ``HoistedBiGRU``, their forward-only ``HoistedLSTM``,
+``HoistedGRU``, Keras ``LSTM``/``GRU``/``SimpleRNN``)
     ``2 * (size of kernel + size of recurrent kernel)`` per frame: the input product and the
     recurrent product of every gate. The hoisted layers' kernels are ``(2, in, gates)`` and
-    ``(2, units, gates)``, both directions at once, so the same formula covers them.
+    ``(2, units, gates)``, both directions at once (``(1, ...)`` forward only), so the same
+    formula covers them.
+``LookaheadConv``
+    ``2 * (frames + 1)`` per output value: one multiply-add per frame of the kernel.
 
 Not counted: biases, activations, gate arithmetic, normalisation and the feature extractor
 (together a few per cent at most); layers with weights that the counter does not know are
@@ -43,7 +47,7 @@ ANALYSIS_TXT, ANALYSIS_JSON = "model_analysis.txt", "model_analysis.json"
 #: FLOPs a multiply-add counts as.
 FLOPS_PER_MAC = 2
 #: Layer classes counted as recurrent (besides any Keras ``RNN``), by class name.
-RECURRENT = ("HoistedBiLSTM", "HoistedBiGRU")
+RECURRENT = ("HoistedBiLSTM", "HoistedBiGRU", "HoistedLSTM", "HoistedGRU")
 
 
 @dataclass
@@ -166,7 +170,7 @@ def _layer_macs(layer: Any, inputs: Any, outputs: Any) -> int | None:
     kernel = getattr(layer, "kernel", None)
     if kernel is None:
         return None if _own_weights(layer) and not _holds_no_products(layer) else 0
-    if isinstance(layer, keras.layers.Dense):
+    if isinstance(layer, keras.layers.Dense) or type(layer).__name__ == "LookaheadConv":
         return math.prod(dims[:-1]) * _size(kernel)
     if isinstance(layer, (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)):
         if getattr(layer, "data_format", "channels_last") == "channels_first":

@@ -13,6 +13,15 @@ with ``g(z) = min(max(0, z), 20)``. Dense weights and biases start from a normal
 (stddev 0.1 by default, per layer overridable). Widths default to the notebook's
 (``n_hidden = n_cell = 494``); DeepSpeech's later releases used 2048. The context windows are
 stacked inside the model, on the accelerator, so the input pipeline ships plain MFCC frames.
+
+``streaming=true`` is DeepSpeech 0.x's streaming model (from 0.2 on, what Mozilla shipped for
+real-time transcription): the bidirectional LSTM, whose backward half needs the whole
+utterance, replaced by a forward-only one (``lstm``), with ``h3`` as wide as its cell
+(``n_cell``, not ``2 * n_cell``). Every other layer is per frame, so the only future a frame
+reads is its context window's ``context`` frames: the model runs chunk by chunk on a stream
+(:class:`asrkit.types.StreamingModel`), ``context`` frames late, carrying the last ``2 *
+context`` feature frames and the LSTM's state, and equals its whole-utterance call at any
+``chunk_frames``. Its weights are its own: it does not load a bidirectional checkpoint.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from typing import TYPE_CHECKING, ClassVar
 from asrkit import hookimpl
 from asrkit.core.settings import setting, validate
 from asrkit.features import context_windows
-from asrkit.types import AcousticModel, ModelSpec
+from asrkit.types import AcousticModel, ModelSpec, StreamShape
 
 if TYPE_CHECKING:
     from asrkit.hookspecs import Register
@@ -59,6 +68,14 @@ class BRNNConfig:
     #: time loop: fastest on a CPU), ``keras`` (Keras' LSTM, cuDNN's fused kernel on a GPU), or
     #: ``auto``: ``keras`` when the towers are GPUs, else ``loop``. Both hold the same weights.
     rnn_impl: str = setting("auto", choices=("auto", "loop", "keras"))
+    #: DeepSpeech 0.x's streaming model: a forward-only LSTM (``lstm``, instead of the
+    #: bidirectional ``bilstm``) after an ``h3`` of ``n_cell`` units; it runs chunk by chunk on
+    #: a stream (``asrkit.types.StreamingModel``), ``context`` frames late.
+    streaming: bool = False
+    #: A streaming model's frames a step computes (16 = 160 ms): only how often a stream
+    #: steps, since the model's outputs do not depend on it. 0: not stepped (the whole
+    #: utterance at once).
+    chunk_frames: int = setting(16, min=0, max=10000)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -70,6 +87,7 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Acous
 
     from asrkit.models.layers import (
         HoistedBiLSTM,
+        HoistedLSTM,
         choose_rnn_impl,
         clipped_relu,
         normal_init,
@@ -86,10 +104,15 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Acous
             super().__init__(name="brnn")
             self.h1 = dense(config.n_hidden, "h1", config.h1_stddev)
             self.h2 = dense(config.n_hidden, "h2", config.h2_stddev)
-            self.h3 = dense(2 * config.n_cell, "h3", config.h3_stddev)
             self.rnn_impl = choose_rnn_impl(config.rnn_impl, tower_devices())
-            self.lstm = HoistedBiLSTM(config.n_cell, config.forget_bias, self.rnn_impl,
-                                      name="bilstm")
+            if config.streaming:  # DeepSpeech 0.x: h3 as wide as the one-way cell it feeds
+                self.h3 = dense(config.n_cell, "h3", config.h3_stddev)
+                self.lstm = HoistedLSTM(config.n_cell, config.forget_bias, self.rnn_impl,
+                                        name="lstm")
+            else:
+                self.h3 = dense(2 * config.n_cell, "h3", config.h3_stddev)
+                self.lstm = HoistedBiLSTM(config.n_cell, config.forget_bias, self.rnn_impl,
+                                          name="bilstm")
             self.h5 = dense(config.n_hidden, "h5", config.h5_stddev)
             self.logits = dense(num_classes, "logits", config.logits_stddev)
             self.dropout = keras.layers.Dropout(config.dropout)
@@ -99,12 +122,58 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Acous
             # Padded frames zeroed: the context windows of an utterance's last frames then see
             # the zeros they see alone, whatever the batch was padded with.
             mask = tf.sequence_mask(lengths, tf.shape(features)[1], features.dtype)
-            x = context_windows(features * mask[:, :, None], config.context)
+            x = self._below(context_windows(features * mask[:, :, None], config.context),
+                            training)
+            return self._above(self.lstm(x, lengths), training)
+
+        def _below(self, x: tf.Tensor, training: bool) -> tf.Tensor:
+            """The dense layers under the recurrence, per frame."""
             for layer in (self.h1, self.h2, self.h3):
                 x = self.dropout(clipped_relu(layer(x), config.relu_clip), training=training)
-            x = self.lstm(x, lengths)
+            return x
+
+        def _above(self, x: tf.Tensor, training: bool) -> tf.Tensor:
+            """The dense layers over the recurrence, per frame: the logits."""
             x = self.dropout(clipped_relu(self.h5(x), config.relu_clip), training=training)
             return self.logits(x)
+
+        def initial_state(self, batch_size: int) -> list[tf.Tensor]:
+            """A stream's state before its first frame, all zeros: the last ``2 * context``
+            feature frames (the context windows' left padding at first), the frames stepped
+            and the valid ones among them, and the LSTM's state."""
+            if not config.streaming:
+                raise ValueError("only a streaming brnn (model.streaming=true) steps")
+            return [tf.zeros([batch_size, 2 * config.context, num_features], tf.float32),
+                    tf.zeros([batch_size], tf.int32), tf.zeros([batch_size], tf.int32),
+                    *self.lstm.initial_state(batch_size)]
+
+        def step(self, features: tf.Tensor, lengths: tf.Tensor,
+                 state: list[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
+            """The outputs ``[B, N, classes]`` of the next ``N`` feature frames ``[B, N, F]``
+            of each stream (``lengths`` valid) and the new state
+            (:class:`asrkit.types.StreamingModel`). The context windows of a frame need the
+            ``context`` frames after it, so the chunk's outputs are those of the frames
+            ``context`` earlier, centred in the window of the cached ``2 * context`` frames and
+            the chunk; frames before the stream's first or past its last leave the LSTM as it
+            was."""
+            past, stepped, seen, *carried = state
+            context, frames = config.context, tf.shape(features)[1]
+            mask = tf.sequence_mask(lengths, frames, features.dtype)
+            window = tf.concat([past, features * mask[:, :, None]], axis=1)
+            if context:
+                x = tf.signal.frame(window, 2 * context + 1, 1, axis=1)  # [B, N, 2C+1, F]
+                x = tf.reshape(x, [tf.shape(x)[0], frames, (2 * context + 1) * num_features])
+            else:
+                x = window
+            # The frames centred in the windows, counted from the stream's first: the first
+            # ``context`` of a stream and those past its end (its last steps) are not valid.
+            seen = seen + lengths
+            centres = stepped[:, None] - context + tf.range(frames)[None, :]
+            valid = (centres >= 0) & (centres < seen[:, None])
+            x, carried = self.lstm(self._below(x, False), state=carried, valid=valid)
+            new_state = [window[:, tf.shape(window)[1] - 2 * context:], stepped + frames, seen,
+                         *carried]
+            return self._above(x, False), new_state
 
     model = BRNN()
     model((tf.zeros([1, 1, num_features]), tf.ones([1], tf.int32)))  # create the variables
@@ -130,6 +199,14 @@ class BRNN(ModelSpec):
 
     def build(self, config: BRNNConfig, num_features: int, num_classes: int) -> AcousticModel:
         return build_brnn(config, num_features, num_classes)
+
+    def streaming(self, config: BRNNConfig) -> StreamShape | None:
+        """A streaming brnn steps by ``chunk_frames`` frames; its outputs lag by ``context``
+        frames, the future that each frame's context window reads. Any chunk size gives the
+        same outputs (``trained_chunks`` is None)."""
+        if not config.streaming or not config.chunk_frames:
+            return None
+        return StreamShape(input_frames=config.chunk_frames, delay=config.context)
 
 
 @hookimpl

@@ -14,6 +14,22 @@ length, batch normalisation takes its training statistics over valid frames only
 read each utterance within its length. The weights are those of the earlier ``"same"``-padded
 version (same names and shapes), so its checkpoints load; its alignment was this one for some
 padded lengths (odd ones at stride 2) and a frame earlier for the others.
+
+``streaming=true`` builds the model Deep Speech 2 deployed (its section 3.7 and the deployment
+section): a bidirectional layer needs the whole utterance before its first output, so the
+served model's recurrent layers were forward-only, and what they lose of the future was given
+back by a *lookahead* (row) convolution after the last of them, each output reading the
+``lookahead`` frames after it. Here: forward-only GRUs (``gru<i>``), both convolutions causal
+(their time padding all before the frame: output ``i`` reads input frames up to ``stride *
+i``, none after), and :class:`~asrkit.models.layers.LookaheadConv` of ``lookahead`` frames
+(``lookahead``; 0 for none) before the logits. The model then runs chunk by chunk on a stream
+(:class:`asrkit.types.StreamingModel`): each step reads ``chunk_frames * time_stride`` feature
+frames and carries each convolution's last ``kernel - 1`` input frames, each GRU's state and
+the lookahead convolution's pending frames; its outputs lag ``lookahead`` frames, and equal the
+whole-utterance call's, which is what training sees (a forward recurrence does not depend on
+the chunk, so any ``chunk_frames`` decodes the same). Batch normalisation uses its moving
+statistics in a stream, as at any inference. The streaming model's weights are its own
+(forward-only GRUs): it does not load a bidirectional checkpoint.
 """
 
 from __future__ import annotations
@@ -24,7 +40,7 @@ from typing import TYPE_CHECKING, ClassVar
 from asrkit import hookimpl
 from asrkit.core.settings import setting, validate
 from asrkit.models.presets import LOGMEL_FULL
-from asrkit.types import AcousticModel, ModelSpec
+from asrkit.types import AcousticModel, ModelSpec, StreamShape
 
 if TYPE_CHECKING:
     from asrkit.hookspecs import Register
@@ -48,6 +64,22 @@ class DS2Config:
     #: fastest on a CPU), ``keras`` (Keras' GRU, cuDNN's fused kernel on a GPU), or ``auto``:
     #: ``keras`` when the towers are GPUs, else ``loop``. Both hold the same weights.
     rnn_impl: str = setting("auto", choices=("auto", "loop", "keras"))
+    #: Deep Speech 2's deployable model: forward-only GRUs (``gru<i>``, instead of the
+    #: bidirectional ``bigru<i>``), causal convolutions (all their time padding before the
+    #: frame) and a lookahead convolution of ``lookahead`` frames after the last GRU: it runs
+    #: chunk by chunk on a stream (``asrkit.types.StreamingModel``).
+    streaming: bool = False
+    #: A streaming model's future context, in output frames (``time_stride`` feature frames
+    #: each), of the lookahead convolution after its last GRU; the stream's outputs lag that
+    #: much behind its input. 4 = 80 ms at the default stride of 2 (160 ms at the cpu preset's
+    #: 4): about a phone, so the model hears the end of a character before it commits to it,
+    #: at a fraction of Deep Speech 2's ~200 ms. 0: none (a purely causal model). Ignored
+    #: without ``streaming``.
+    lookahead: int = setting(4, min=0, max=100)
+    #: A streaming model's output frames a step computes (16 = 320 ms at stride 2): only how
+    #: often a stream steps, since the model's outputs do not depend on it. 0: not stepped
+    #: (the whole utterance at once).
+    chunk_frames: int = setting(16, min=0, max=1000)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -58,7 +90,8 @@ CONV1_KERNEL = (11, 41)
 CONV2_KERNEL = (11, 21)
 
 
-def conv_padding(kernel: tuple[int, int], bins: int) -> list[list[int]]:
+def conv_padding(kernel: tuple[int, int], bins: int,
+                 causal: bool = False) -> list[list[int]]:
     """``tf.pad`` paddings of a convolution's input ``[batch, time, bins, channels]``.
 
     Time: ``kernel // 2`` frames each side, whatever the batch's length, so output frame ``i``
@@ -66,10 +99,15 @@ def conv_padding(kernel: tuple[int, int], bins: int) -> list[list[int]]:
     ``ceil(time / stride)`` frames. (Keras' ``"same"`` padding puts its extra zero before or
     after depending on the padded batch's length, so an utterance's logits depended on what it
     was batched with.) Frequency: what ``"same"`` pads for ``bins`` bins at stride 2, which
-    is static, so the frequency axis and the weights are those of earlier versions."""
+    is static, so the frequency axis and the weights are those of earlier versions.
+
+    ``causal`` (the streaming model): time padded by ``kernel - 1`` frames before and none
+    after, so output frame ``i`` reads input frames ``stride * i - (k-1) .. stride * i``, none
+    from the future; still ``ceil(time / stride)`` frames."""
     frames, freq = kernel
     total = max((-(-bins // 2) - 1) * 2 + freq - bins, 0)
-    return [[0, 0], [frames // 2, frames // 2], [total // 2, total - total // 2], [0, 0]]
+    time = [frames - 1, 0] if causal else [frames // 2, frames // 2]
+    return [[0, 0], time, [total // 2, total - total // 2], [0, 0]]
 
 
 def conv_strides(config: DS2Config) -> tuple[int, int]:
@@ -83,7 +121,7 @@ class DS2(ModelSpec):
     description = "Deep Speech 2-style convolutions + bidirectional GRUs over log-mel features."
     Config = DS2Config
     features = "logmel"
-    #: Pretraining by growth adds bidirectional GRU layers (``bigru<i>``).
+    #: Pretraining by growth adds GRU layers (``bigru<i>``; ``gru<i>`` streaming).
     growable = "rnn_layers"
     presets: ClassVar[dict[str, dict[str, str]]] = {
         # Deep Speech 2's spectrogram normalisation and the augmentation of long GPU runs.
@@ -101,61 +139,147 @@ class DS2(ModelSpec):
     def time_stride(self, config: DS2Config) -> int:
         return config.time_stride
 
+    def streaming(self, config: DS2Config) -> StreamShape | None:
+        """A streaming ds2 steps by ``chunk_frames`` output frames; its outputs lag by the
+        lookahead convolution's frames. Any chunk size gives the same outputs (``trained_chunks``
+        is None): the recurrence and the causal convolutions carry their state across chunks."""
+        if not config.streaming or not config.chunk_frames:
+            return None
+        return StreamShape(input_frames=config.chunk_frames * config.time_stride,
+                           delay=config.lookahead)
+
     def build(self, config: DS2Config, num_features: int, num_classes: int) -> AcousticModel:
-        import keras
-        import tensorflow as tf
+        return build_ds2(config, num_features, num_classes)
 
-        from asrkit.models.layers import (
-            HoistedBiGRU,
-            choose_rnn_impl,
-            clipped_relu,
-            tower_devices,
-        )
 
-        strides = conv_strides(config)
+def build_ds2(config: DS2Config, num_features: int, num_classes: int) -> AcousticModel:
+    import keras
+    import tensorflow as tf
 
-        class DeepSpeech2(keras.Model):
-            def __init__(self) -> None:
-                super().__init__(name="ds2")
-                c = config.conv_channels
-                self.conv1 = keras.layers.Conv2D(c, CONV1_KERNEL, (strides[0], 2),
-                                                 padding="valid", use_bias=False, name="conv1")
-                self.conv2 = keras.layers.Conv2D(c, CONV2_KERNEL, (strides[1], 2),
-                                                 padding="valid", use_bias=False, name="conv2")
-                self.bn1 = keras.layers.BatchNormalization(name="bn1")
-                self.bn2 = keras.layers.BatchNormalization(name="bn2")
-                self.rnn_impl = choose_rnn_impl(config.rnn_impl, tower_devices())
-                self.rnns = [HoistedBiGRU(config.rnn_units, impl=self.rnn_impl, name=f"bigru{i}")
+    from asrkit.models.layers import (
+        HoistedBiGRU,
+        HoistedGRU,
+        LookaheadConv,
+        choose_rnn_impl,
+        clipped_relu,
+        tower_devices,
+    )
+
+    strides = conv_strides(config)
+    kernels = (CONV1_KERNEL, CONV2_KERNEL)
+    streaming = config.streaming
+
+    class DeepSpeech2(keras.Model):
+        def __init__(self) -> None:
+            super().__init__(name="ds2")
+            c = config.conv_channels
+            self.conv1 = keras.layers.Conv2D(c, CONV1_KERNEL, (strides[0], 2),
+                                             padding="valid", use_bias=False, name="conv1")
+            self.conv2 = keras.layers.Conv2D(c, CONV2_KERNEL, (strides[1], 2),
+                                             padding="valid", use_bias=False, name="conv2")
+            self.bn1 = keras.layers.BatchNormalization(name="bn1")
+            self.bn2 = keras.layers.BatchNormalization(name="bn2")
+            self.rnn_impl = choose_rnn_impl(config.rnn_impl, tower_devices())
+            if streaming:
+                self.rnns = [HoistedGRU(config.rnn_units, impl=self.rnn_impl, name=f"gru{i}")
                              for i in range(config.rnn_layers)]
-                for i, rnn in enumerate(self.rnns):  # attributes, so checkpoints track them
-                    setattr(self, f"rnn{i}", rnn)
-                self.dropout = keras.layers.Dropout(config.dropout)
-                self.logits = keras.layers.Dense(num_classes, name="logits")
+            else:
+                self.rnns = [HoistedBiGRU(config.rnn_units, impl=self.rnn_impl,
+                                          name=f"bigru{i}") for i in range(config.rnn_layers)]
+            for i, rnn in enumerate(self.rnns):  # attributes, so checkpoints track them
+                setattr(self, f"rnn{i}", rnn)
+            self.dropout = keras.layers.Dropout(config.dropout)
+            if streaming and config.lookahead:
+                self.lookahead = LookaheadConv(config.lookahead, name="lookahead")
+            self.logits = keras.layers.Dense(num_classes, name="logits")
+            # Frequency bins of each convolution's input (each halves them), for the stream's
+            # caches.
+            self.conv_bins = (num_features, -(-num_features // 2))
 
-            def call(self, inputs: tuple[tf.Tensor, tf.Tensor],
-                     training: bool = False) -> tf.Tensor:
-                features, lengths = inputs
-                # expand_dims, not [..., None]: TFLite's built-in StridedSlice has no new axes.
-                mask = tf.sequence_mask(lengths, tf.shape(features)[1], features.dtype)
-                x = tf.expand_dims(features * tf.expand_dims(mask, -1), -1)
-                convs = ((self.conv1, self.bn1, CONV1_KERNEL), (self.conv2, self.bn2, CONV2_KERNEL))
-                for (conv, norm, kernel), stride in zip(convs, strides, strict=True):
-                    x = conv(tf.pad(x, conv_padding(kernel, int(x.shape[2]))))
-                    lengths = (lengths + stride - 1) // stride
-                    valid = tf.sequence_mask(lengths, tf.shape(x)[1])
-                    # Batch statistics of the valid frames only; padding zeroed after.
-                    valid = tf.broadcast_to(tf.expand_dims(valid, -1), tf.shape(x)[:3])
-                    x = clipped_relu(norm(x, training=training, mask=valid), config.relu_clip)
-                    x = x * tf.expand_dims(tf.cast(valid, x.dtype), -1)
-                shape = tf.shape(x)
-                x = tf.reshape(x, [shape[0], shape[1], x.shape[2] * x.shape[3]])
-                for rnn in self.rnns:
-                    x = self.dropout(rnn(x, lengths), training=training)
-                return self.logits(x)
+        def _convolve(self, x: tf.Tensor, lengths: tf.Tensor, index: int,
+                      training: bool) -> tuple[tf.Tensor, tf.Tensor]:
+            """Convolution ``index`` (with its normalisation and activation) of ``x``, already
+            padded in time; outputs past the subsampled ``lengths`` zeroed."""
+            conv, norm = ((self.conv1, self.bn1), (self.conv2, self.bn2))[index]
+            pad = conv_padding(kernels[index], int(x.shape[2]))
+            x = conv(tf.pad(x, [[0, 0], [0, 0], pad[2], [0, 0]]))
+            stride = strides[index]
+            lengths = (lengths + stride - 1) // stride
+            valid = tf.sequence_mask(lengths, tf.shape(x)[1])
+            # Batch statistics of the valid frames only; padding zeroed after.
+            valid = tf.broadcast_to(tf.expand_dims(valid, -1), tf.shape(x)[:3])
+            x = clipped_relu(norm(x, training=training, mask=valid), config.relu_clip)
+            return x * tf.expand_dims(tf.cast(valid, x.dtype), -1), lengths
 
-        model = DeepSpeech2()
-        model((tf.zeros([1, 8, num_features]), tf.constant([8])))
-        return model
+        def _masked_input(self, features: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
+            # expand_dims, not [..., None]: TFLite's built-in StridedSlice has no new axes.
+            mask = tf.sequence_mask(lengths, tf.shape(features)[1], features.dtype)
+            return tf.expand_dims(features * tf.expand_dims(mask, -1), -1)
+
+        @staticmethod
+        def _flatten(x: tf.Tensor) -> tf.Tensor:
+            shape = tf.shape(x)
+            return tf.reshape(x, [shape[0], shape[1], x.shape[2] * x.shape[3]])
+
+        def call(self, inputs: tuple[tf.Tensor, tf.Tensor],
+                 training: bool = False) -> tf.Tensor:
+            features, lengths = inputs
+            x = self._masked_input(features, lengths)
+            for index, kernel in enumerate(kernels):
+                time = conv_padding(kernel, int(x.shape[2]), causal=streaming)[1]
+                x, lengths = self._convolve(tf.pad(x, [[0, 0], time, [0, 0], [0, 0]]),
+                                            lengths, index, training)
+            x = self._flatten(x)
+            for rnn in self.rnns:
+                x = self.dropout(rnn(x, lengths), training=training)
+            if streaming and config.lookahead:
+                x = self.lookahead(x)
+            return self.logits(x)
+
+        def initial_state(self, batch_size: int) -> list[tf.Tensor]:
+            """A stream's state before its first frame, all zeros: each convolution's last
+            ``kernel - 1`` input frames (its causal padding), each GRU's state, and the
+            lookahead convolution's last ``lookahead`` input frames."""
+            if not streaming:
+                raise ValueError("only a streaming ds2 (model.streaming=true) steps")
+            channels = (1, config.conv_channels)
+            state = [tf.zeros([batch_size, kernel[0] - 1, bins, c], tf.float32)
+                     for kernel, bins, c in zip(kernels, self.conv_bins, channels, strict=True)]
+            for rnn in self.rnns:
+                state += rnn.initial_state(batch_size)
+            if config.lookahead:
+                state += self.lookahead.initial_state(batch_size)
+            return state
+
+        def step(self, features: tf.Tensor, lengths: tf.Tensor,
+                 state: list[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
+            """The outputs ``[B, C, classes]`` of the next ``C * time_stride`` feature frames
+            ``[B, C * time_stride, F]`` of each stream (``lengths`` valid), ``lookahead``
+            frames late, and the new state (:class:`asrkit.types.StreamingModel`). A chunk
+            starts on a multiple of the stride, so each convolution's cache of its last input
+            frames keeps the whole-utterance call's stride phase."""
+            state = list(state)
+            new_state = []
+            x = self._masked_input(features, lengths)
+            for index, kernel in enumerate(kernels):
+                window = tf.concat([tf.cast(state.pop(0), x.dtype), x], axis=1)
+                new_state.append(tf.cast(window[:, -(kernel[0] - 1):],
+                                         tf.float32))
+                x, lengths = self._convolve(window, lengths, index, training=False)
+            x = self._flatten(x)
+            valid = tf.sequence_mask(lengths, tf.shape(x)[1])
+            for rnn in self.rnns:
+                carried = [state.pop(0) for _ in range(rnn.STATES)]
+                x, carried = rnn(x, state=carried, valid=valid)
+                new_state += carried
+            if config.lookahead:
+                x, pending = self.lookahead(x, state=state)
+                new_state += pending
+            return self.logits(x), new_state
+
+    model = DeepSpeech2()
+    model((tf.zeros([1, 8, num_features]), tf.constant([8])))
+    return model
 
 
 @hookimpl

@@ -14,6 +14,13 @@ The recurrent layers here have two implementations over one set of weights:
 ``auto`` (:func:`choose_rnn_impl`) takes ``keras`` when the model is built on towers that are
 all GPUs (training) and ``loop`` otherwise. Both read the same variables, so a checkpoint moves
 between them unchanged (``benchmarks/bench_rnn_paths.py`` measures the two).
+
+The forward-only layers (:class:`HoistedGRU`, :class:`HoistedLSTM`: the streaming models') have
+both implementations too, and, called with a ``state``, carry it from one chunk of a stream to
+the next (:class:`HoistedForward`; always the loop: a stream is stepped at inference, where
+``auto`` gives the loop anyway, and the loop's state is explicit). :class:`LookaheadConv` is
+Deep Speech 2's row convolution, the few frames of future context a forward-only model is
+allowed.
 """
 
 from __future__ import annotations
@@ -75,6 +82,10 @@ class HoistedBiRNN(keras.layers.Layer):
     #: Gates per unit, and bias rows (input only, or input and recurrent).
     GATES: int
     BIASES: int
+    #: State tensors of one direction (the GRU's h; the LSTM's h and c).
+    STATES: int
+    #: Directions (the forward-only layers have one), the weights' first axis.
+    DIRECTIONS = 2
 
     def __init__(self, units: int, impl: str = "loop", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -84,18 +95,21 @@ class HoistedBiRNN(keras.layers.Layer):
         self.impl = impl
         # Held outside Keras' and TensorFlow's tracking: they own no weights, so checkpoints
         # and the model's analysis see the same layer on both paths.
-        self._keras = _Untracked([self._keras_layer() for _ in range(2)] if impl == "keras"
-                                 else [])
+        self._keras = _Untracked([self._keras_layer() for _ in range(self.DIRECTIONS)]
+                                 if impl == "keras" else [])
 
     def build(self, input_shape: Any) -> None:
         features, gates = int(input_shape[-1]), self.GATES * self.units
+        directions = self.DIRECTIONS
         self.kernel = self.add_weight(
-            name="kernel", shape=(2, features, gates),
-            initializer=per_direction(keras.initializers.GlorotUniform, (features, gates)))
+            name="kernel", shape=(directions, features, gates),
+            initializer=per_direction(keras.initializers.GlorotUniform, (features, gates),
+                                      directions))
         self.recurrent_kernel = self.add_weight(
-            name="recurrent_kernel", shape=(2, self.units, gates),
-            initializer=per_direction(keras.initializers.Orthogonal, (self.units, gates)))
-        self.bias = self.add_weight(name="bias", shape=(2, self.BIASES, gates),
+            name="recurrent_kernel", shape=(directions, self.units, gates),
+            initializer=per_direction(keras.initializers.Orthogonal, (self.units, gates),
+                                      directions))
+        self.bias = self.add_weight(name="bias", shape=(directions, self.BIASES, gates),
                                     initializer="zeros")
 
     def call(self, inputs: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
@@ -129,6 +143,12 @@ class HoistedBiRNN(keras.layers.Layer):
     def _direction(self, inputs: tf.Tensor, index: int,
                    lengths: tf.Tensor | None = None) -> tf.Tensor:
         """One direction's outputs ``[batch, time, units]``."""
+        outputs = self._scan(self._project(inputs, index), index,
+                             self._zero_state(tf.shape(inputs)[0]))[0]
+        return tf.cast(tf.transpose(outputs, [1, 0, 2]), inputs.dtype)
+
+    def _project(self, inputs: tf.Tensor, index: int) -> tf.Tensor:
+        """Direction ``index``'s input projection of every frame, time-major, float32."""
         batch, frames, features = tf.shape(inputs)[0], tf.shape(inputs)[1], tf.shape(inputs)[2]
         projected = tf.matmul(tf.reshape(inputs, [-1, features]), self.kernel[index])
         projected = tf.reshape(projected + self.bias[index][0],
@@ -136,17 +156,39 @@ class HoistedBiRNN(keras.layers.Layer):
         # The state is carried in float32 whatever the precision: under mixed precision only the
         # products are 16-bit; an LSTM's cell state summed in bfloat16 over hundreds of frames
         # would lose what it holds.
-        outputs = self._loop(tf.transpose(tf.cast(projected, tf.float32), [1, 0, 2]), index,
-                             batch)
-        return tf.cast(tf.transpose(outputs, [1, 0, 2]), inputs.dtype)
+        return tf.transpose(tf.cast(projected, tf.float32), [1, 0, 2])
+
+    def _zero_state(self, batch: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        return tuple(tf.zeros([batch, self.units], tf.float32) for _ in range(self.STATES))
+
+    def _scan(self, projected: tf.Tensor, index: int, state: tuple[tf.Tensor, ...],
+              valid: tf.Tensor | None = None) -> tuple[tf.Tensor, ...]:
+        """The recurrence over time-major projected inputs from ``state``: the state after each
+        frame, ``[time, batch, units]`` each, the output first. Where ``valid`` (``[time,
+        batch]``) is False, the state passes through unchanged."""
+        cell = self._cell(index)
+        if valid is None:
+            states = tf.scan(cell, projected, initializer=state)
+        else:
+            def masked(carry: tuple[tf.Tensor, ...],
+                       elems: tuple[tf.Tensor, tf.Tensor]) -> tuple[tf.Tensor, ...]:
+                z, keep = elems
+                new = cell(carry, z)
+                return tuple(tf.where(keep[:, None], n, o) for n, o in zip(new, carry,
+                                                                          strict=True))
+
+            states = tf.scan(masked, (projected, valid), initializer=state)
+        return states
 
     @staticmethod
     def _product(state: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
         """``state @ weights`` in the weights' (compute) dtype, as float32."""
         return tf.cast(tf.matmul(tf.cast(state, weights.dtype), weights), tf.float32)
 
-    def _loop(self, projected: tf.Tensor, index: int, batch: tf.Tensor) -> tf.Tensor:
-        """The recurrence over time-major projected inputs; outputs ``[time, batch, units]``."""
+    def _cell(self, index: int) -> Callable[[tuple[tf.Tensor, ...], tf.Tensor],
+                                            tuple[tf.Tensor, ...]]:
+        """Direction ``index``'s step: the state (float32, the output first) and a frame's
+        projected input to the next state."""
         raise NotImplementedError
 
 
@@ -155,7 +197,7 @@ class HoistedBiLSTM(HoistedBiRNN):
     ``forget_bias`` is added to the forget gate (the notebook's
     ``BasicLSTMCell(forget_bias=1.0)``)."""
 
-    GATES, BIASES = 4, 1
+    GATES, BIASES, STATES = 4, 1, 2
 
     def __init__(self, units: int, forget_bias: float = 1.0, impl: str = "loop",
                  **kwargs: Any) -> None:
@@ -174,19 +216,18 @@ class HoistedBiLSTM(HoistedBiRNN):
         bias = self.bias[index][0]
         return self.kernel[index], self.recurrent_kernel[index], bias + tf.cast(forget, bias.dtype)
 
-    def _loop(self, projected: tf.Tensor, index: int, batch: tf.Tensor) -> tf.Tensor:
+    def _cell(self, index: int) -> Callable[[tuple[tf.Tensor, ...], tf.Tensor],
+                                            tuple[tf.Tensor, ...]]:
         recurrent, forget_bias = self.recurrent_kernel[index], self.forget_bias
 
-        def step(carry: tuple[tf.Tensor, tf.Tensor], z: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        def step(carry: tuple[tf.Tensor, ...], z: tf.Tensor) -> tuple[tf.Tensor, ...]:
             h, c = carry
             gates = z + self._product(h, recurrent)
             i, f, g, o = tf.split(gates, 4, axis=-1)
             c = tf.sigmoid(f + forget_bias) * c + tf.sigmoid(i) * tf.tanh(g)
             return tf.sigmoid(o) * tf.tanh(c), c
 
-        zeros = tf.zeros([batch, self.units], dtype=projected.dtype)
-        outputs, _ = tf.scan(step, projected, initializer=(zeros, zeros))
-        return outputs
+        return step
 
 
 class HoistedBiGRU(HoistedBiRNN):
@@ -194,7 +235,7 @@ class HoistedBiGRU(HoistedBiRNN):
     gate is applied after the recurrent product (``reset_after``), with input and recurrent
     biases, all as in Keras' ``GRU`` (a test compares the two)."""
 
-    GATES, BIASES = 3, 2
+    GATES, BIASES, STATES = 3, 2, 1
 
     def _keras_layer(self) -> keras.layers.RNN:
         layer = keras.layers.GRU(self.units, return_sequences=True)  # reset_after=True
@@ -204,20 +245,128 @@ class HoistedBiGRU(HoistedBiRNN):
     def _bound_weights(self, index: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         return self.kernel[index], self.recurrent_kernel[index], self.bias[index]
 
-    def _loop(self, projected: tf.Tensor, index: int, batch: tf.Tensor) -> tf.Tensor:
+    def _cell(self, index: int) -> Callable[[tuple[tf.Tensor, ...], tf.Tensor],
+                                            tuple[tf.Tensor, ...]]:
         recurrent, recurrent_bias = self.recurrent_kernel[index], self.bias[index][1]
         units = self.units
 
         recurrent_bias = tf.cast(recurrent_bias, tf.float32)
 
-        def step(h: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+        def step(carry: tuple[tf.Tensor, ...], x: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            (h,) = carry
             inner = self._product(h, recurrent) + recurrent_bias
             z = tf.sigmoid(x[:, :units] + inner[:, :units])
             r = tf.sigmoid(x[:, units:2 * units] + inner[:, units:2 * units])
             candidate = tf.tanh(x[:, 2 * units:] + r * inner[:, 2 * units:])
-            return z * h + (1 - z) * candidate
+            return (z * h + (1 - z) * candidate,)
 
-        return tf.scan(step, projected, initializer=tf.zeros([batch, units], projected.dtype))
+        return step
+
+
+class HoistedForward(HoistedBiRNN):
+    """A forward-only recurrent layer (:class:`HoistedBiRNN` with one direction: weights
+    ``[1, ...]``), the recurrence of a streaming model. Outputs ``[batch, time, units]``, zero
+    past each utterance's length; on the ``keras`` path, Keras' cuDNN-eligible layer.
+
+    Called with ``state`` (a list of float32 ``[batch, units]`` tensors, from
+    :meth:`initial_state` or the previous call) and ``valid`` (``[batch, time]`` bools) instead
+    of ``lengths``, it continues a stream: returns the outputs (zero where not valid) and the
+    state after the chunk, which frames not valid leave unchanged. That path is always the loop
+    (on the same weights); a chunk's outputs then equal the whole utterance's."""
+
+    DIRECTIONS = 1
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Keras would cast the float32 state to a mixed precision's 16 bits; the inputs are
+        # cast in call.
+        self._convert_input_args = False
+
+    def call(self, inputs: tf.Tensor, lengths: tf.Tensor | None = None,
+             state: list[tf.Tensor] | None = None,
+             valid: tf.Tensor | None = None) -> Any:
+        inputs = tf.cast(inputs, self.compute_dtype)
+        if state is not None:
+            return self._continue(inputs, state, valid)
+        run = self._keras_direction if self.impl == "keras" else self._direction
+        out = run(inputs, 0, lengths)
+        mask = tf.sequence_mask(lengths, tf.shape(inputs)[1], dtype=out.dtype)
+        return out * mask[:, :, None]
+
+    def initial_state(self, batch_size: int) -> list[tf.Tensor]:
+        """A stream's state before its first frame: zeros."""
+        return list(self._zero_state(batch_size))
+
+    def _continue(self, inputs: tf.Tensor, state: list[tf.Tensor],
+                  valid: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        state = tuple(tf.cast(s, tf.float32) for s in state)
+        states = self._scan(self._project(inputs, 0), 0, state, tf.transpose(valid))
+        outputs = tf.cast(tf.transpose(states[0], [1, 0, 2]), inputs.dtype)
+        return outputs * tf.cast(valid, outputs.dtype)[:, :, None], [s[-1] for s in states]
+
+
+class HoistedGRU(HoistedForward, HoistedBiGRU):
+    """A forward-only GRU (:class:`HoistedForward`; the cell of :class:`HoistedBiGRU`)."""
+
+
+class HoistedLSTM(HoistedForward, HoistedBiLSTM):
+    """A forward-only LSTM (:class:`HoistedForward`; the cell of :class:`HoistedBiLSTM`)."""
+
+
+class LookaheadConv(keras.layers.Layer):
+    """Deep Speech 2's lookahead ("row") convolution (Amodei et al. 2015, section 3.7): each
+    feature of frame ``t`` is a weighted sum of the same feature over frames ``t .. t +
+    frames``, ``y[t] = sum_j w[j] * x[t + j]``, with weights ``kernel`` ``[frames + 1,
+    width]`` (no bias). Placed over a forward-only recurrence, it gives every output
+    ``frames`` frames of future context at the cost of a ``frames``-frame delay, where a
+    bidirectional layer would need the whole utterance.
+
+    The inputs must be zero past each utterance's length (what the recurrent layers give): the
+    sum reads them as the utterance's right padding. The kernel starts as the identity (weight
+    1 on the frame itself, 0 on the future), so training starts from the plain forward model.
+
+    Called with ``state`` (the last ``frames`` input frames of the stream, float32
+    ``[batch, frames, width]``), it convolves those and the chunk: the outputs are those of the
+    chunk's frames moved ``frames`` back (the first ``frames`` of a stream are not frames of
+    the utterance), and the state is the last ``frames`` frames."""
+
+    def __init__(self, frames: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if frames < 1:
+            raise ValueError(f"a lookahead convolution needs frames >= 1, not {frames}")
+        self.frames = frames
+        self._convert_input_args = False  # the state stays float32; the inputs cast in call
+
+    def build(self, input_shape: Any) -> None:
+        self.width = int(input_shape[-1])
+        frames = self.frames
+
+        def identity(shape: Any, dtype: Any = None) -> tf.Tensor:
+            return tf.one_hot(tf.zeros([shape[1]], tf.int32), shape[0], axis=0,
+                              dtype=dtype or tf.float32)
+
+        self.kernel = self.add_weight(name="kernel", shape=(frames + 1, self.width),
+                                      initializer=identity)
+
+    def call(self, inputs: tf.Tensor, state: list[tf.Tensor] | None = None) -> Any:
+        inputs = tf.cast(inputs, self.compute_dtype)
+        if state is None:
+            return self._convolve(tf.pad(inputs, [[0, 0], [0, self.frames], [0, 0]]))
+        window = tf.concat([tf.cast(state[0], inputs.dtype), inputs], axis=1)
+        return self._convolve(window), [tf.cast(window[:, -self.frames:], tf.float32)]
+
+    def initial_state(self, batch_size: int) -> list[tf.Tensor]:
+        return [tf.zeros([batch_size, self.frames, self.width], tf.float32)]
+
+    def _convolve(self, window: tf.Tensor) -> tf.Tensor:
+        """The valid convolution of ``window`` ``[batch, time + frames, width]``: ``time``
+        frames."""
+        frames = tf.shape(window)[1] - self.frames
+        kernel = tf.cast(self.kernel, window.dtype)
+        out = window[:, :frames] * kernel[0]
+        for j in range(1, self.frames + 1):
+            out = out + window[:, j:j + frames] * kernel[j]
+        return out
 
 
 class _Untracked:
@@ -251,14 +400,14 @@ def _bind(cell_class: type) -> type:
 
 
 def per_direction(initializer: type[keras.initializers.Initializer],
-                  shape: tuple[int, int]) -> Callable[..., tf.Tensor]:
-    """An initializer of ``[2, *shape]`` that draws each direction independently: a Keras 3
-    initializer without a seed returns the same values on every call, so one instance used
-    twice would start both directions identical."""
+                  shape: tuple[int, int], directions: int = 2) -> Callable[..., tf.Tensor]:
+    """An initializer of ``[directions, *shape]`` that draws each direction independently: a
+    Keras 3 initializer without a seed returns the same values on every call, so one instance
+    used twice would start both directions identical."""
 
     def initialize(_shape: Any, dtype: Any = None) -> tf.Tensor:
         return tf.stack([initializer(seed=random.randrange(2**31))(shape, dtype)
-                         for _ in range(2)])
+                         for _ in range(directions)])
 
     return initialize
 
