@@ -87,3 +87,12 @@ def test_hooks_model_example_keeps_the_contract():
     config = spec.Config(units=8)
     assert check_output_lengths(spec, config, 26) == 1
     assert check_padding(spec, config, 26) < 1e-4
+
+
+def test_the_streaming_model_example_streams_exactly(tmp_path):
+    """docs/plugin-model.md's minimal streaming model passes check_streaming_model as written."""
+    from tests.conftest import run_doc_snippet
+
+    result = run_doc_snippet("plugin-model.md", "streaming-model", {}, (), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "streams exactly" in result.stdout

@@ -252,3 +252,46 @@ def test_bad_requests_are_one_line(streaming_run: Path, tiny_run: Path,
     missing = run_asrkit("transcribe", "--stream", "--microphone", "--model",
                          str(streaming_run))
     assert missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_a_ten_minute_stream_takes_the_memory_of_a_short_one(streaming_run: Path,
+                                                               tmp_path: Path) -> None:
+    """Ten minutes streamed from a file hold no more than three seconds do: holding the audio
+    (19 MB of WAV, 38 MB as floats), its features or its output frames would show."""
+    from tests.test_transcribe_memory import peak_rss_mib, sox
+
+    long_file = tmp_path / "long.wav"
+    sox(sample_clip(), long_file, "repeat", "204")  # 205 x 2.92 s = 10 minutes
+    common = ["--stream", "--json", "--model", str(streaming_run)]
+    short = peak_rss_mib(["transcribe", *common, str(sample_clip())], tmp_path / "short.log")
+    long = peak_rss_mib(["transcribe", *common, str(long_file)], tmp_path / "long.log")
+    finals = [json.loads(line) for line in (tmp_path / "long.log").read_text().splitlines()
+              if line.startswith("{") and '"final"' in line]
+    assert finals[-1]["end"] > 590
+    print(f"peak RSS: {long:.0f} MiB for 10 minutes, {short:.0f} MiB for 3 seconds")
+    assert long - short < 25, f"{long:.0f} MiB for 10 minutes, {short:.0f} MiB for 3 seconds"
+
+
+def test_a_streaming_transducer_streams_as_it_transcribes(tmp_path: Path,
+                                                          tiny_dataset: Path) -> None:
+    """Streaming is the encoder's: a transducer run streams too, its final transcript the
+    whole recording's (transducer-greedy on the same encoder frames)."""
+    folder = tmp_path / "run"
+    args = ["train", "--model", "conformer", "--dataset", str(tiny_dataset), "--run-dir",
+            str(folder), "--batch-size", "2", "-o", "max_steps=2", "-o", "evaluate_dev=false",
+            "-o", "objective=transducer", "--no-progress"]
+    for setting in STREAMING:
+        args += ["-o", setting]
+    result = run_asrkit(*args, timeout=300)
+    assert result.returncode == 0, result.stderr
+    audio = clip()
+    run = load_run(folder)
+    whole = transcribe_samples(audio, CheckpointRecognizer(folder, "latest"),
+                               run.choose_decoder(DecoderChoice()))
+    model = StreamingModel(folder, "latest")
+    assert model.greedy_decoder.name == "transducer-greedy"
+    transcriber = StreamTranscriber(model, run.choose_decoder(DecoderChoice()), Endpoints(30))
+    updates = [*transcriber.push(audio[:20000]), *transcriber.push(audio[20000:]),
+               *transcriber.finish()]
+    finals = [u.text for u in updates if u.kind == "final"]
+    assert finals == ([whole.text] if whole.text else [])
