@@ -78,6 +78,7 @@ from asrkit.decoders.prefix import log_softmax
 from asrkit.evaluation.restore import restore_networks
 from asrkit.objectives.ctc import CTCObjective
 from asrkit.plugins import one_line
+from asrkit.runs.chunks import with_chunk
 from asrkit.runs.run import load_run
 from asrkit.serving.audio_stream import AudioStream, measure_audio
 from asrkit.serving.export import ExportedModel, is_export
@@ -256,10 +257,11 @@ class CheckpointRecognizer(Recognizer):
     """A run's model restored from its ``best`` checkpoint (``latest`` when there is no best
     yet), or from ``latest`` when asked."""
 
-    def __init__(self, folder: str | Path, checkpoint: str = "best") -> None:
+    def __init__(self, folder: str | Path, checkpoint: str = "best",
+                 chunk_ms: float | None = None) -> None:
         import tensorflow as tf
 
-        run = load_run(folder)
+        run = with_chunk(load_run(folder), chunk_ms)  # a streaming run at another chunk
         model, self._head, state = restore_networks(run, checkpoint)
         self.objective = run.objective
         self._objective_config = run.objective_config
