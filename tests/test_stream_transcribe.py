@@ -295,3 +295,34 @@ def test_a_streaming_transducer_streams_as_it_transcribes(tmp_path: Path,
                *transcriber.finish()]
     finals = [u.text for u in updates if u.kind == "final"]
     assert finals == ([whole.text] if whole.text else [])
+
+
+def test_a_terminal_sees_the_partial_line_rewritten_and_finals_kept(streaming_run: Path) -> None:
+    """On a terminal, partial results rewrite the last line (carriage return, erase line) and
+    each final one ends a line; piped, only finals are written (the test above)."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "asrkit", "transcribe", "--stream", "--model",
+         str(streaming_run), "--endpoint-seconds", "30", str(sample_clip())],
+        stdout=follower, stderr=subprocess.PIPE)
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not data:
+            break
+        output += data
+    assert process.wait(timeout=300) == 0, process.stderr.read().decode()
+    os.close(leader)
+    text = output.decode()
+    rewrites = text.count("\r\x1b[K")
+    assert rewrites >= 2, text
+    final = text.rsplit("\r\x1b[K", 1)[1].strip()
+    expected = [u.text for u in streamed(streaming_run, clip(), 1600) if u.kind == "final"]
+    assert [final] == expected
