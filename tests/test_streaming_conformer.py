@@ -85,3 +85,24 @@ def test_dynamic_chunk_training_draws_chunks_and_full_context() -> None:
     assert len(inferred) == 1
     assert spec.trained_chunks(config) == (1, 4)
     assert spec.trained_chunks(replace(config, max_train_chunk=0)) == (2, 2)
+
+
+def test_a_streaming_model_normalises_features_as_a_stream_can(tiny_dataset) -> None:
+    """The cpu preset normalises each utterance over all its frames; a streaming run takes the
+    running mean instead and says so; the user asking for the whole-utterance one is refused."""
+    from asrkit.config.overrides import parse_overrides
+    from asrkit.config.run import build_run_config
+    from asrkit.core.errors import AsrkitError
+
+    named = {"model": "conformer", "dataset": str(tiny_dataset)}
+    plain, _ = build_run_config(named, parse_overrides(["preset=cpu"]))
+    assert plain.features.normalize == "feature"
+    config, note = build_run_config(named, parse_overrides(["preset=cpu",
+                                                            "model.streaming=true"]))
+    assert config.features.normalize == "running" and "normalize=running" in note
+    with pytest.raises(AsrkitError, match="whole utterances"):
+        build_run_config(named, parse_overrides(["model.streaming=true",
+                                                 "features.normalize=utterance"]))
+    kept, _ = build_run_config(named, parse_overrides(["model.streaming=true",
+                                                       "features.normalize=none"]))
+    assert kept.features.normalize == "none"
