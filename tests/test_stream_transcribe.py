@@ -272,14 +272,17 @@ def test_a_ten_minute_stream_takes_the_memory_of_a_short_one(streaming_run: Path
     assert long - short < 25, f"{long:.0f} MiB for 10 minutes, {short:.0f} MiB for 3 seconds"
 
 
-def test_a_streaming_transducer_streams_as_it_transcribes(tmp_path: Path,
-                                                          tiny_dataset: Path) -> None:
-    """Streaming is the encoder's: a transducer run streams too, its final transcript the
-    whole recording's (transducer-greedy on the same encoder frames)."""
+@pytest.mark.parametrize(("objective", "greedy"), [("transducer", "transducer-greedy"),
+                                                   ("attention", "attention-greedy")])
+def test_every_objective_streams_as_it_transcribes(tmp_path: Path, tiny_dataset: Path,
+                                                   objective: str, greedy: str) -> None:
+    """Streaming is the encoder's: a transducer or attention run streams too, its partial
+    results its greedy decoder's and its final transcript the whole recording's (its run's
+    decoder on the same encoder frames)."""
     folder = tmp_path / "run"
     args = ["train", "--model", "conformer", "--dataset", str(tiny_dataset), "--run-dir",
             str(folder), "--batch-size", "2", "-o", "max_steps=2", "-o", "evaluate_dev=false",
-            "-o", "objective=transducer", "--no-progress"]
+            "-o", f"objective={objective}", "--no-progress"]
     for setting in STREAMING:
         args += ["-o", setting]
     result = run_asrkit(*args, timeout=300)
@@ -289,7 +292,7 @@ def test_a_streaming_transducer_streams_as_it_transcribes(tmp_path: Path,
     whole = transcribe_samples(audio, CheckpointRecognizer(folder, "latest"),
                                run.choose_decoder(DecoderChoice()))
     model = StreamingModel(folder, "latest")
-    assert model.greedy_decoder.name == "transducer-greedy"
+    assert model.greedy_decoder.name == greedy
     transcriber = StreamTranscriber(model, run.choose_decoder(DecoderChoice()), Endpoints(30))
     updates = [*transcriber.push(audio[:20000]), *transcriber.push(audio[20000:]),
                *transcriber.finish()]
