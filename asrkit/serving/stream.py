@@ -39,7 +39,7 @@ import numpy as np
 
 from asrkit import plugins
 from asrkit.core.errors import AsrkitError
-from asrkit.core.frames import frame_seconds
+from asrkit.core.frames import SAMPLE_RATE, frame_seconds
 from asrkit.evaluation.restore import restore_networks
 from asrkit.runs.chunks import chunk_ms_of, with_chunk
 from asrkit.runs.run import load_run
@@ -72,7 +72,8 @@ class Update:
     #: The utterance's span in the stream, seconds.
     start: float
     end: float
-    #: Seconds of audio heard when this was known (``end`` of the stream so far).
+    #: Seconds of audio heard when this was known: the audio pushed so far, of which a
+    #: model that looks ahead has decoded less.
     heard: float
 
     @property
@@ -158,20 +159,22 @@ class StreamTranscriber:
         self._features, self._encoder = model.open()
         self._utterance = _Utterance()
         self._frames_out = 0
+        self._samples_in = 0
         self._finished = False
         #: Whether the user stopped the stream (:func:`transcribe_stream`).
         self.interrupted = False
 
     @property
     def heard(self) -> float:
-        """Seconds of output frames so far."""
-        return self._frames_out * self.model.frame_seconds
+        """Seconds of audio pushed so far."""
+        return self._samples_in / SAMPLE_RATE
 
     def push(self, samples: np.ndarray) -> list[Update]:
         """Audio ``[n]``, float in [-1, 1] or int16, 16 kHz mono: the updates it brings."""
         if self._finished:
             raise ValueError("the stream has finished")
         samples = np.asarray(samples)
+        self._samples_in += len(samples)
         if samples.dtype == np.int16:
             samples = samples.astype(np.float32) / 32768.0
         outputs = self._encoder.push(self._features.push(samples.astype(np.float32)))
@@ -209,7 +212,7 @@ class StreamTranscriber:
         if not words:  # silence: keep only what a word starting now could need
             keep = int(np.ceil(endpoint.endpoint_seconds / seconds))
             utterance.drop(max(0, utterance.count - keep))
-        elif self.heard - words[-1].end >= endpoint.endpoint_seconds:
+        elif self._frames_out * seconds - words[-1].end >= endpoint.endpoint_seconds:
             updates += self._final(utterance.count)
         elif utterance.count * seconds >= endpoint.max_utterance_seconds:
             updates += self._final(self._cut(words))
