@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from asrkit.commands.options import FiniteFloat
 from asrkit.runs.run import CHECKPOINTS
 
 #: ``--quantize``'s choices (:data:`asrkit.serving.quantize.MODES`, which imports nothing heavy
@@ -29,9 +30,13 @@ QUANTIZE_MODES = ("none", "int8", "float16", "full")
                    "weights and activations, calibrated on the run's training split).")
 @click.option("--force", is_flag=True,
               help="Replace an earlier export (only a folder asrkit wrote, holding nothing else).")
+@click.option("--chunk-ms", type=FiniteFloat(min=0.0), default=None,
+              help="A streaming run: the chunk of its `stream_step` and of its whole-utterance "
+                   "signatures, in milliseconds [default: the run's].")
 @click.option("--json", "as_json", is_flag=True, help="Print the export's asrkit.json.")
 def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str,
-                   quantization: str, force: bool, as_json: bool) -> None:
+                   quantization: str, force: bool, chunk_ms: float | None,
+                   as_json: bool) -> None:
     """Export a trained run as a model that takes raw 16 kHz PCM (features inside).
 
     Signatures `logits` and `transcribe` (greedy text), for float32 PCM in [-1, 1] and, as
@@ -39,7 +44,9 @@ def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str,
     each label with its frame), as SavedModel or TFLite; an attention run's: `encode`,
     `transcribe` (its decoder's greedy search) and the decoder's steps (`initial_state`,
     `decode_step`, `ctc_log_probs`), which asrkit's attention decoders call, as SavedModel.
-    The export is checked against the checkpoint before it is written.
+    The export is checked against the checkpoint before it is written. A streaming CTC run
+    also gets `stream_step`: a block of audio and the state in, a chunk's logits and the new
+    state out (docs/streaming.md).
 
     `--quantize` makes a smaller TFLite model: its outputs are then compared with the
     checkpoint's, not required to match them (the difference and the greedy transcripts'
@@ -47,7 +54,7 @@ def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str,
     """
     from asrkit.serving.export import export_run
 
-    meta = export_run(run, fmt, output, checkpoint, force, quantization)
+    meta = export_run(run, fmt, output, checkpoint, force, quantization, chunk_ms)
     if quantization == "full":  # integer with float fallback: say what stayed float
         kinds = meta["quantization"]["float32_arithmetic"]
         click.echo(f"asrkit: warning: --quantize full kept {sum(kinds.values())} arithmetic "

@@ -79,8 +79,9 @@ from asrkit.core.metrics import corpus_score
 from asrkit.core.text import labels_from_json
 from asrkit.evaluation.restore import restore_model, restore_networks
 from asrkit.importing import outputs
+from asrkit.runs.chunks import chunk_ms_of, with_chunk
 from asrkit.runs.run import Run, load_run
-from asrkit.serving import export_attention, export_transducer, quantize
+from asrkit.serving import export_attention, export_stream, export_transducer, quantize
 from asrkit.serving.export_onnx import OnnxModel, metadata, write_onnx
 from asrkit.serving.graph import (
     describe_module,
@@ -148,6 +149,10 @@ def serving_module(run: Run, model: keras.Model, with_text: bool = True) -> tf.M
             self._signatures = pcm_signatures(
                 self, "logits", lambda audio: {"logits": logits_fn(audio)}, self._transcribe,
                 with_text)
+            self.stream_geometry = None
+            if export_stream.streams(run, None):
+                step, self.stream_geometry = export_stream.stream_step(run, model)
+                self._signatures[export_stream.STREAM_SIGNATURE] = step
 
         def _transcribe(self, audio: tf.Tensor) -> dict[str, tf.Tensor]:
             labels = greedy_labels(logits_fn(audio), blank)
@@ -174,7 +179,7 @@ def default_output(run_folder: Path, fmt: str) -> Path:
 
 def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path | None = None,
                checkpoint: str = "best", force: bool = False,
-               quantization: str = "none") -> dict[str, Any]:
+               quantization: str = "none", chunk_ms: float | None = None) -> dict[str, Any]:
     """Export a run's checkpoint as ``fmt`` into the folder ``output`` (default
     ``RUN/export/FORMAT``), verify it against the checkpoint, and return its metadata (also
     written to ``asrkit.json`` in the folder, with the verification's largest difference).
@@ -184,7 +189,11 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     (:mod:`asrkit.serving.export_transducer`); an attention encoder-decoder run with its
     decoder's greedy search and steps (:mod:`asrkit.serving.export_attention`).
     ``quantization`` (TFLite only) is one of :data:`asrkit.serving.quantize.MODES`; a quantised
-    export is verified by :func:`verify_quantized` instead of to the float tolerance."""
+    export is verified by :func:`verify_quantized` instead of to the float tolerance.
+
+    A streaming CTC run also exports its ``stream_step`` at ``chunk_ms`` (default: its own
+    chunk; :mod:`asrkit.serving.export_stream`), verified against the whole-utterance
+    logits."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     quantize.check_mode(fmt, quantization)
@@ -193,7 +202,7 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     outputs.check_not_current(target, "write an export over")
     recover_replacement(target)  # what a crash left of an earlier replacement
     _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
-    run, model, head, state = load_networks(folder, fmt, checkpoint)
+    run, model, head, state = load_networks(folder, fmt, checkpoint, chunk_ms)
     quantize.check_mode(fmt, quantization, transducer=head is not None)  # before any writing
     calibration = quantize.representative_audio(run) if quantization == "full" else None
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -213,6 +222,10 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         else:
             write_onnx(run, model, staging)
         meta = _metadata(run, fmt, checkpoint, state, head)
+        geometry = getattr(module, "stream_geometry", None)
+        if geometry is not None and fmt != "onnx":
+            meta["stream"] = {**geometry.to_json(), "chunk_ms": chunk_ms_of(run)}
+            meta["signatures"].append(export_stream.STREAM_SIGNATURE)
         if fmt == "tflite":
             meta.update(quantize.metadata(
                 quantization, (staging / TFLITE_FILE).read_bytes(),
@@ -222,6 +235,8 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if quantization == "none":
             meta["verified_max_abs_diff"] = verify_export(staging, module)
+            if "stream" in meta:
+                meta["stream"]["verified_max_abs_diff"] = verify_stream(staging, module)
         else:
             meta.update(verify_quantized(staging, module, run))
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -234,14 +249,15 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     return meta
 
 
-def load_networks(folder: str | Path, fmt: str, checkpoint: str = "best"
+def load_networks(folder: str | Path, fmt: str, checkpoint: str = "best",
+                  chunk_ms: float | None = None
                   ) -> tuple[Run, keras.Model, keras.Model | None, dict[str, Any]]:
     """The run in ``folder``, its model and the checkpoint's state, and the objective's head
     that the export's search calls, a transducer's or an attention encoder-decoder's (``None``
     for a run whose outputs are CTC logits, whose export reads the model alone). What ``fmt``
     cannot hold, and an objective whose outputs no kind of export reads, is refused in one line
     before any weights load."""
-    run = load_run(folder)
+    run = with_chunk(load_run(folder), chunk_ms)
     if export_attention.exports_as_attention(run.objective):
         export_attention.check_format(fmt)
     elif export_transducer.exports_as_transducer(run.objective):
@@ -477,6 +493,31 @@ def _outputs(exported: ExportedModel, module: tf.Module, audio: np.ndarray
     return what, expected, got
 
 
+def verify_stream(folder: Path, module: tf.Module) -> float:
+    """The largest difference between the exported ``stream_step`` streamed over the
+    verification audio in irregular pieces and the module's whole-utterance logits."""
+    import numpy as np
+    import tensorflow as tf
+
+    exported = ExportedModel(folder)
+    audio = verification_audio()
+    stream = exported.stream()
+    pieces, start = [], 0
+    for size in (1000, 7, 16000, 333, 10_000_000):
+        pieces.append(stream.push(audio[start:start + size]))
+        start += size
+    pieces.append(stream.finish())
+    streamed = np.concatenate([p for p in pieces if p.size])
+    whole = module.signatures()["logits"](tf.constant(audio, tf.float32))["logits"].numpy()
+    if streamed.shape != whole.shape:
+        raise ExportError(f"the exported stream gives {streamed.shape} logits, the whole "
+                          f"utterance {whole.shape}")
+    diff = float(np.max(np.abs(streamed - whole)))
+    if diff > VERIFY_TOLERANCE:
+        raise ExportError(f"the exported stream differs from the whole utterance by {diff:.3g}")
+    return diff
+
+
 def verify_quantized(folder: Path, module: tf.Module, run: Run) -> dict[str, Any]:
     """A quantised export checked against the checkpoint's float graph ``module``.
 
@@ -661,6 +702,28 @@ class ExportedModel:
             return dict(runner(pcm=audio))
         outputs = self._loaded.signatures[signature](pcm=audio)
         return {key: value.numpy() for key, value in outputs.items()}
+
+    def stream(self) -> export_stream.ExportStream:
+        """A new stream through a streaming export's ``stream_step``
+        (:class:`asrkit.serving.export_stream.ExportStream`)."""
+        geometry = self.metadata.get("stream")
+        if geometry is None:
+            raise AsrkitError(f"{self.path} holds no streaming step: export a streaming run "
+                              "(-o model.streaming=true) to get one")
+        name = export_stream.STREAM_SIGNATURE
+        if self.format == "tflite":
+            runner = self._runners.get(name)
+            if runner is None:
+                runner = self._runners[name] = self._interpreter.get_signature_runner(name)
+        elif self.format == "savedmodel":
+            signature = self._loaded.signatures[name]
+
+            def runner(**inputs: Any) -> dict[str, Any]:
+                return {k: v.numpy() for k, v in signature(**inputs).items()}
+        else:
+            raise AsrkitError(f"{self.path}: an ONNX export holds no streaming step")
+        stride = round(geometry["chunk_frames"] / geometry["output_frames"])
+        return export_stream.ExportStream(runner, geometry, lambda n: -(-n // stride))
 
     def logits(self, audio: np.ndarray) -> np.ndarray:
         """A CTC export's logits ``[frames', classes]`` (the blank last)."""
