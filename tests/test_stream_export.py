@@ -4,6 +4,7 @@ docs/streaming.md, which this test runs as written."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import wave
 from pathlib import Path
@@ -83,3 +84,21 @@ def test_exports_refuse_a_chunk_of_a_run_that_does_not_stream(tiny_run: Path,
         assert result.returncode != 0
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_transcribe_streams_an_export_as_it_streams_the_run(exports: dict[str, Path],
+                                                            streaming_run: Path  # noqa: F811
+                                                            ) -> None:
+    def finals(model: Path, *args: str) -> list[str]:
+        result = run_asrkit("transcribe", "--stream", "--json", "--endpoint-seconds", "30",
+                            "--model", str(model), *args, str(sample_clip()))
+        assert result.returncode == 0, result.stderr
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        return [line["text"] for line in lines if line["type"] == "final"]
+
+    expected = finals(streaming_run)
+    assert expected and finals(exports["tflite"]) == expected
+    assert finals(exports["tflite-320"]) == finals(streaming_run, "--chunk-ms", "320")
+    refused = run_asrkit("transcribe", "--stream", "--model", str(exports["tflite"]),
+                         "--chunk-ms", "320", str(sample_clip()))
+    assert refused.returncode != 0 and "fixed when it was exported" in refused.stderr

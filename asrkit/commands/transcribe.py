@@ -144,7 +144,7 @@ def _transcribe_stream(inputs: tuple[Path, ...], model: Path, choice: DecoderCho
     import sys
     from contextlib import ExitStack
 
-    from asrkit.serving.stream import Endpoints, StreamingModel, StreamTranscriber
+    from asrkit.serving.stream import Endpoints, StreamTranscriber, load_streaming_model
     from asrkit.serving.stream import transcribe_stream as updates_of
     from asrkit.serving.stream_sources import (
         file_blocks,
@@ -161,11 +161,8 @@ def _transcribe_stream(inputs: tuple[Path, ...], model: Path, choice: DecoderCho
     if realtime and (microphone or str(inputs[0]) == "-"):
         raise AsrkitError("--realtime paces a file; standard input and the microphone come "
                           "at their own pace")
-    streaming = StreamingModel(model, checkpoint, chunk_ms)
-    chosen = streaming.run.choose_decoder(choice)
-    from asrkit.config.decoding import try_decoder
-
-    try_decoder(chosen, streaming.labels)
+    streaming = load_streaming_model(model, checkpoint, chunk_ms)
+    chosen = streaming.choose_decoder(choice)
     transcriber = StreamTranscriber(streaming, chosen, Endpoints(endpoint_seconds))
     live = sys.stdout.isatty() and not as_json
     with ExitStack() as stack:

@@ -38,12 +38,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from asrkit import plugins
+from asrkit.config.decoding import choose_decoder, try_decoder
+from asrkit.config.objectives import check_decodes
+from asrkit.config.overrides import DecoderChoice
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
 from asrkit.evaluation.restore import restore_networks
+from asrkit.objectives.ctc import CTCObjective
 from asrkit.runs.chunks import chunk_ms_of, with_chunk
 from asrkit.runs.run import load_run
 from asrkit.serving.encoder_stream import EncoderStream
+from asrkit.serving.export import ExportedModel, is_export
+from asrkit.serving.export_stream import ExportStream
 from asrkit.serving.stream_features import FeatureStream
 from asrkit.serving.transcribe import Word, window_words
 from asrkit.types import Decoder
@@ -114,6 +120,12 @@ class StreamingModel:
         self.default_decoder = run.train.decoder
         self.greedy_decoder: Decoder = plugins.get("decoder", run.objective.greedy_decoder)
 
+    def choose_decoder(self, choice: DecoderChoice) -> Decoder:
+        """The final results' decoder: the run's, or the one ``choice`` names."""
+        decoder = self.run.choose_decoder(choice)
+        try_decoder(decoder, self.labels)
+        return decoder
+
     def decoder_inputs(self, outputs: np.ndarray) -> Any:
         """What the decoders read of an utterance's output frames ``[frames, width]``."""
         return self.run.objective.decoder_inputs(self.run.objective_config, self._head,
@@ -125,6 +137,66 @@ class StreamingModel:
         features = FeatureStream(run.extractor, run.feature_config, run.pipeline.context)
         encoder = EncoderStream(self.model, run.spec, run.model_config, run.num_features())
         return features, encoder
+
+
+class ExportStreamingModel:
+    """A streaming export (its ``stream_step``: :mod:`asrkit.serving.export_stream`), ready to
+    open streams as :class:`StreamingModel` does: its features are computed in its graph."""
+
+    def __init__(self, path: str | Path, chunk_ms: float | None = None) -> None:
+        self._export = ExportedModel(path)
+        meta = self._export.metadata
+        stream = meta.get("stream")
+        if stream is None:
+            raise AsrkitError(f"{path} holds no streaming step: export a streaming CTC run, or "
+                              "transcribe --stream with its run folder")
+        self.chunk_ms = float(stream["chunk_ms"])
+        if chunk_ms is not None and chunk_ms != self.chunk_ms:
+            raise AsrkitError(f"{path} streams in chunks of {self.chunk_ms:g} ms, fixed when it "
+                              f"was exported: export the run again with --chunk-ms {chunk_ms:g}")
+        self.labels = self._export.labels
+        self.frame_seconds = float(meta["frame_seconds"])
+        self.default_decoder = meta.get("decoder", "greedy")
+        self.greedy_decoder: Decoder = plugins.get("decoder", "greedy")
+        self.name = f"{path} ({self._export.format}, chunks of {self.chunk_ms:g} ms)"
+
+    def choose_decoder(self, choice: DecoderChoice) -> Decoder:
+        """The final results' decoder: the export's run's (greedy when it is not installed),
+        or the one ``choice`` names; it must read CTC logits."""
+        default = self.default_decoder
+        if choice.name is None and default not in plugins.get_plugins().registry.names(
+                "decoder"):
+            default = "greedy"
+        decoder = choose_decoder(choice, default)
+        check_decodes(CTCObjective(), decoder.name)
+        try_decoder(decoder, self.labels)
+        return decoder
+
+    def decoder_inputs(self, outputs: np.ndarray) -> np.ndarray:
+        return outputs[np.newaxis]
+
+    def open(self) -> tuple[_Samples, ExportStream]:
+        """The audio goes to the export's step as it is: its features are in its graph."""
+        return _Samples(), self._export.stream()
+
+
+class _Samples:
+    """The feature stage of an export's stream: the samples themselves."""
+
+    def push(self, samples: np.ndarray) -> np.ndarray:
+        return samples
+
+    def finish(self) -> np.ndarray:
+        return np.zeros(0, np.float32)
+
+
+def load_streaming_model(path: str | Path, checkpoint: str = "best",
+                         chunk_ms: float | None = None
+                         ) -> StreamingModel | ExportStreamingModel:
+    """A run folder's checkpoint or a streaming export, whichever ``path`` is."""
+    if is_export(path):
+        return ExportStreamingModel(path, chunk_ms)
+    return StreamingModel(path, checkpoint, chunk_ms)
 
 
 @dataclass
@@ -153,7 +225,7 @@ class StreamTranscriber:
     """One stream through a :class:`StreamingModel`: :meth:`push` audio as it comes, then
     :meth:`finish`; each returns the :class:`Update` s it made known."""
 
-    def __init__(self, model: StreamingModel, decoder: Decoder,
+    def __init__(self, model: StreamingModel | ExportStreamingModel, decoder: Decoder,
                  endpoints: Endpoints = Endpoints()) -> None:
         self.model, self.decoder, self.endpoints = model, decoder, endpoints
         self._features, self._encoder = model.open()
