@@ -22,8 +22,8 @@ FAULTS = Path(__file__).resolve().parent / "faults"
 
 
 def run_asrkit(*args: str, pythonpath: Path | None = None, env: dict | None = None,
-               timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m asrkit ARGS`` in a fresh process (as a user runs it)."""
+               timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m asrkit ARGS`` in a fresh process (as a user runs it), in ``cwd``."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
     environment.update(env or {})
     if pythonpath is not None:
@@ -31,7 +31,7 @@ def run_asrkit(*args: str, pythonpath: Path | None = None, env: dict | None = No
             [str(pythonpath), environment.get("PYTHONPATH", "")]
         ).rstrip(os.pathsep)
     return subprocess.run([sys.executable, "-m", "asrkit", *args], capture_output=True,
-                          text=True, env=environment, timeout=timeout, check=False)
+                          text=True, env=environment, timeout=timeout, check=False, cwd=cwd)
 
 
 def pip_install(source: Path, target: Path) -> None:

@@ -66,7 +66,7 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
     import contextlib
 
     from asrkit.config.overrides import parse_overrides
-    from asrkit.config.run import build_run_config
+    from asrkit.config.run import build_run_config, step_cap
     from asrkit.core.errors import AsrkitError
     from asrkit.core.locks import folder_lock
     from asrkit.runs.run import load_run, new_run, resume_run, same_run
@@ -79,6 +79,9 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
     if resume and init_from:
         raise AsrkitError("--init-from starts a new run, --resume continues one: not both")
     settings = parse_overrides(overrides)  # the one reading of -o
+    settings, capped = step_cap(settings)  # ASRKIT_MAX_STEPS: as if -o max_steps=N were given
+    if capped:
+        click.echo(capped, err=True)
     if resume:
         folder = resume
     else:
@@ -120,7 +123,7 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
     with lock:
         if resume:
             run = load_run(resume)
-            if overrides:
+            if settings.settings:
                 run = resume_run(run, settings)
                 if is_chief():
                     run.save()

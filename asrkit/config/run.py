@@ -18,6 +18,7 @@ fixed once its weights depend on it.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,7 +32,7 @@ from asrkit.config.presets import choose_preset, preset_settings
 from asrkit.config.train import TrainConfig
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import check_sample_rate
-from asrkit.core.settings import apply, from_dict, to_dict
+from asrkit.core.settings import MAX_STEPS, apply, from_dict, to_dict
 from asrkit.types import ModelSpec
 
 #: Settings outside ``train`` that a resumed run may change: the size of its batches, like
@@ -40,6 +41,9 @@ RESUMABLE = {("pipeline", "batch_seconds")}
 #: The sections ``config.json`` must hold (``decoder`` and ``objective`` are absent in runs
 #: older than them).
 SAVED_SECTIONS = ("train", "model", "features", "pipeline")
+#: Caps every training's steps, as if ``-o max_steps=N`` were given (smoke tests of commands
+#: written for real corpora, such as the README's quick start): read by :func:`step_cap` only.
+MAX_STEPS_ENV = "ASRKIT_MAX_STEPS"
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,28 @@ class RunConfig:
                 "features": to_dict(self.features), "pipeline": to_dict(self.pipeline),
                 "decoder": decoder if isinstance(decoder, dict) else to_dict(decoder),
                 "objective": to_dict(self.objective_config)}
+
+
+def step_cap(overrides: Overrides) -> tuple[Overrides, str]:
+    """``overrides`` with ``-o max_steps=N`` added when ``ASRKIT_MAX_STEPS=N`` is set (unless
+    they already stop sooner), and the line that says so (``""`` when nothing was added). The
+    one reading of the variable: ``asrkit train`` adds it to its ``-o``, new or resumed run."""
+    value = os.environ.get(MAX_STEPS_ENV, "").strip()
+    if not value:
+        return overrides, ""
+    try:
+        cap = int(value)
+    except ValueError:
+        cap = 0
+    if not 1 <= cap <= MAX_STEPS:
+        raise AsrkitError(f"{MAX_STEPS_ENV}={value}: a number of steps from 1 to {MAX_STEPS:,} "
+                          "(or unset for no cap)")
+    given = [str(v).strip() for k, v in overrides.section("train") if k == "max_steps"]
+    if given and given[-1].isdigit() and 0 < int(given[-1]) <= cap:
+        return overrides, ""
+    return (overrides + Overrides((Setting("train", "max_steps", cap),)),
+            f"asrkit: {MAX_STEPS_ENV}={cap}: training stops after {cap} steps in all "
+            f"(as with -o max_steps={cap})")
 
 
 def check_names(train: TrainConfig) -> None:
