@@ -32,8 +32,8 @@ def exports(monkeypatch, tmp_path):
     target = tmp_path / "exported"
     label = {"text": ""}
     monkeypatch.setattr(export, "load_networks",
-                        lambda folder, fmt, checkpoint: (SimpleNamespace(labels=None), None,
-                                                         None, {}))
+                        lambda folder, fmt, checkpoint, chunk_ms=None:
+                        (SimpleNamespace(labels=None), None, None, {}))
     monkeypatch.setattr(export, "serving_module", lambda run, model, with_text=True: None)
     monkeypatch.setattr(export, "_save", lambda module, folder:
                         (folder / "saved_model.pb").write_text(label["text"]))

@@ -203,6 +203,11 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     recover_replacement(target)  # what a crash left of an earlier replacement
     _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
     run, model, head, state = load_networks(folder, fmt, checkpoint, chunk_ms)
+    if chunk_ms is not None and (fmt == "onnx" or quantization != "none"
+                                 or not export_stream.streams(run, head)):
+        raise ExportError("--chunk-ms sets a streaming export's step: only a streaming CTC "
+                          "run's SavedModel or float TFLite export has one (transcribe "
+                          "--stream with the run folder streams the others)")
     quantize.check_mode(fmt, quantization, transducer=head is not None)  # before any writing
     calibration = quantize.representative_audio(run) if quantization == "full" else None
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -66,9 +66,15 @@ class StreamGeometry:
 
 def streams(run: Run, head: Any) -> bool:
     """Whether the export of ``run`` gets a streaming step: a CTC run whose model streams at
-    its chunk."""
-    return head is None and run.objective.ctc_outputs and (
-        run.spec.streaming(run.model_config) is not None)
+    its chunk, on features the step computes (:func:`check_streamable`)."""
+    if head is not None or not run.objective.ctc_outputs or (
+            run.spec.streaming(run.model_config) is None):
+        return False
+    try:
+        check_streamable(run)
+    except AsrkitError:
+        return False
+    return True
 
 
 def check_streamable(run: Run) -> None:
@@ -195,9 +201,7 @@ class ExportStream:
         return self._emit(out, final=True)
 
     def _frames_total(self) -> int:
-        from asrkit.core.frames import count_frames as frames_of
-
-        return int(frames_of(self._samples, *self._framing())) if self._samples else 0
+        return int(count_frames(self._samples, *self._framing())) if self._samples else 0
 
     def _framing(self) -> tuple[int, int]:
         return self._geometry["window"], self._geometry["step"]
