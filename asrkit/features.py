@@ -269,18 +269,29 @@ def _periodic_hann(length: int) -> np.ndarray:
 # -- normalisation and context ------------------------------------------------------------------
 
 
-def _running_mean_removed(features: tf.Tensor, mask: tf.Tensor | None, axis: int) -> tf.Tensor:
+def running_mean_removed(features: tf.Tensor, mask: tf.Tensor | None, axis: int,
+                         carried: tuple[tf.Tensor, tf.Tensor] | None = None) -> Any:
     """``x[t] - mean(x[0..t])`` along ``axis`` (frames), vectorised with ``tf.cumsum``; with a
     ``mask`` (1 on an utterance's frames, 0 on padding) padding neither counts nor survives.
-    No variance: a causal variance of a few frames is noise that the division would blow up."""
+    No variance: a causal variance of a few frames is noise that the division would blow up.
+
+    ``carried``: the sum and count of the frames before these (a streaming export's step,
+    :mod:`asrkit.serving.export_stream`, whose frames come a chunk at a time, ``axis`` 0); then
+    the result is ``(features, (sum, count))`` with the totals to carry on."""
     import tensorflow as tf
 
     if mask is None:
         frames = tf.shape(features)[axis]
         count = tf.cast(tf.range(1, frames + 1), features.dtype)[:, tf.newaxis]
         return features - tf.cumsum(features, axis=axis) / count
-    count = tf.maximum(tf.cumsum(mask, axis=axis), 1.0)
-    return (features - tf.cumsum(features * mask, axis=axis) / count) * mask
+    sums = tf.cumsum(features * mask, axis=axis)
+    counts = tf.cumsum(mask, axis=axis)
+    if carried is not None:
+        sums, counts = carried[0] + sums, carried[1] + counts
+    removed = (features - sums / tf.maximum(counts, 1.0)) * mask
+    if carried is None:
+        return removed
+    return removed, (sums[-1], counts[-1, 0])
 
 
 def normalize(features: tf.Tensor, mode: str, lengths: tf.Tensor | None = None) -> tf.Tensor:
@@ -296,7 +307,7 @@ def normalize(features: tf.Tensor, mode: str, lengths: tf.Tensor | None = None) 
     if mode not in NORMALIZATIONS:
         raise FeatureError(f"normalize={mode!r} is not one of {', '.join(NORMALIZATIONS)}")
     if features.shape.rank == 2 and lengths is None and mode == "running":
-        return _running_mean_removed(features, None, axis=0)
+        return running_mean_removed(features, None, axis=0)
     if features.shape.rank == 2 and lengths is None:  # one utterance: no padding to mask
         axes = [0] if mode == "feature" else [0, 1]
         mean, variance = tf.nn.moments(features, axes=axes, keepdims=True)
@@ -309,7 +320,7 @@ def normalize(features: tf.Tensor, mode: str, lengths: tf.Tensor | None = None) 
         lengths = tf.fill([tf.shape(features)[0]], frames)
     mask = tf.sequence_mask(lengths, frames, dtype=features.dtype)[:, :, tf.newaxis]
     if mode == "running":
-        result = _running_mean_removed(features, mask, axis=1)
+        result = running_mean_removed(features, mask, axis=1)
         return result if batched else result[0]
     axes = [1] if mode == "feature" else [1, 2]
     count = tf.reduce_sum(mask, axis=1, keepdims=True)

@@ -39,6 +39,7 @@ import wave
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -51,6 +52,7 @@ from asrkit.serving.transcribe import (  # noqa: E402
     load_audio,
     transcribe_samples,
 )
+from asrkit.types import Decoder  # noqa: E402
 
 #: Audio fed at a time, as a microphone gives it.
 BLOCK = 1600
@@ -64,9 +66,10 @@ def utterances(dataset: Path, split: str, count: int) -> list[tuple[np.ndarray, 
     return [(load_audio(dataset / row["wav_filename"]), row["transcript"]) for row in rows]
 
 
-def stream_one(model: StreamingModel, transcriber_args: tuple, audio: np.ndarray
-               ) -> tuple[list[Update], float]:
-    transcriber = StreamTranscriber(model, *transcriber_args)
+def stream_one(model: StreamingModel, decoder: Decoder, endpoints: Endpoints,
+               audio: np.ndarray) -> tuple[list[Update], float]:
+    """The updates of one utterance streamed in :data:`BLOCK` s, and the seconds it took."""
+    transcriber = StreamTranscriber(model, decoder, endpoints)
     updates: list[Update] = []
     began = time.perf_counter()
     for start in range(0, len(audio), BLOCK):
@@ -150,13 +153,13 @@ def main() -> None:
         decoder = model.run.choose_decoder(DecoderChoice())
         # The whole-utterance baseline at the same chunk, as evaluate --chunk-ms scores it.
         whole_model = CheckpointRecognizer(args.run, chunk_ms=chunk)
-        stream_one(model, (decoder, Endpoints(args.endpoint_seconds)), clips[0][0])  # warm up
+        endpoints = Endpoints(args.endpoint_seconds)
+        stream_one(model, decoder, endpoints, clips[0][0])  # warm up
         transcribe_samples(clips[0][0], whole_model, decoder)
         streamed, whole, words, firsts, steps = 0.0, 0.0, [], [], 0
         same = 0
-        for audio, _text in clips:
-            updates, spent = stream_one(model, (decoder, Endpoints(args.endpoint_seconds)),
-                                        audio)
+        for audio, _text in tqdm(clips, desc=f"{chunk} ms chunks", unit="utt"):
+            updates, spent = stream_one(model, decoder, endpoints, audio)
             streamed += spent
             steps += -(-len(audio) // int(16 * chunk)) if chunk else 1
             began = time.perf_counter()

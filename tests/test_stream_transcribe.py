@@ -181,27 +181,26 @@ def test_a_long_utterance_is_cut_in_its_longest_pause() -> None:
     assert " ".join(finals) == "ab cd ef gh"
 
 
+def wav_bytes(pcm: bytes, rate: int = 16000, channels: int = 1) -> bytes:
+    """16-bit PCM as the bytes of a WAV file."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(channels)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(pcm)
+    return buffer.getvalue()
+
+
 def test_stdin_raw_pcm_and_wav(streaming_run: Path) -> None:
     audio = clip()
     raw = audio.astype("<i2").tobytes()
     blocks = list(stdin_blocks(io.BytesIO(raw + b"\x01")))  # an odd last byte is dropped
     assert np.array_equal(np.concatenate(blocks), audio)
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(raw)
-    assert np.array_equal(np.concatenate(list(stdin_blocks(io.BytesIO(buffer.getvalue())))),
+    assert np.array_equal(np.concatenate(list(stdin_blocks(io.BytesIO(wav_bytes(raw))))),
                           audio)
-    stereo = io.BytesIO()
-    with wave.open(stereo, "wb") as out:
-        out.setnchannels(2)
-        out.setsampwidth(2)
-        out.setframerate(44100)
-        out.writeframes(raw)
     with pytest.raises(AsrkitError, match="44100 Hz, 2 channel"):
-        list(stdin_blocks(io.BytesIO(stereo.getvalue())))
+        list(stdin_blocks(io.BytesIO(wav_bytes(raw, rate=44100, channels=2))))
     with pytest.raises(AsrkitError, match="must be 16-bit signed"):
         check_raw_format(8000, 1)
 

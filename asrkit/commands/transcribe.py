@@ -162,7 +162,9 @@ def _transcribe_stream(inputs: tuple[Path, ...], model: Path, choice: DecoderCho
         raise AsrkitError("--realtime paces a file; standard input and the microphone come "
                           "at their own pace")
     streaming = load_streaming_model(model, checkpoint, chunk_ms)
-    chosen = streaming.choose_decoder(choice)
+    chosen, warning = streaming.choose_decoder(choice)
+    if warning:
+        click.echo(f"asrkit: warning: {warning}", err=True)
     transcriber = StreamTranscriber(streaming, chosen, Endpoints(endpoint_seconds))
     live = sys.stdout.isatty() and not as_json
     with ExitStack() as stack:

@@ -56,6 +56,33 @@ def _cached_step(model: Any, shape: StreamShape, num_features: int,
     return _last_step[2]
 
 
+class StreamOutputs:
+    """A stream's output frames as its steps give them, cut to the utterance's: the first
+    ``delay`` (a model that looks ahead) are not the audio's, and none goes past
+    ``output_length`` of the frames in. What :class:`EncoderStream` and a streaming export's
+    client (:class:`asrkit.serving.export_stream.ExportStream`) both return."""
+
+    def __init__(self, delay: int) -> None:
+        self.delay = delay
+        #: Output frames the steps gave (the delayed ones included), and those returned.
+        self.raw = 0
+        self.returned = 0
+        self._width = 0
+
+    def take(self, outputs: list[np.ndarray], limit: int) -> np.ndarray:
+        """``outputs`` (the steps' since the last call, in order) less what is not the audio's
+        and what lies past ``limit`` output frames of it."""
+        if not outputs:
+            return np.zeros([0, self._width], np.float32)
+        joined = np.concatenate(outputs)
+        self._width = joined.shape[1]
+        before, self.raw = self.raw, self.raw + len(joined)
+        joined = joined[max(0, self.delay - before):]
+        joined = joined[: max(0, limit - self.returned)]
+        self.returned += len(joined)
+        return joined
+
+
 class EncoderStream:
     """One stream through a streaming ``model`` built by ``spec`` with ``config``.
 
@@ -63,26 +90,17 @@ class EncoderStream:
     frames ``[m, width]`` now known (``m`` may be 0; before the first step, ``width`` is 0
     too); :meth:`finish` returns the rest."""
 
-    def __init__(self, model: Any, spec: ModelSpec, config: Any, num_features: int,
-                 step: Any = None) -> None:
+    def __init__(self, model: Any, spec: ModelSpec, config: Any, num_features: int) -> None:
         shape = spec.streaming(config)
         if shape is None:
             raise ValueError(f"{spec.name} with these settings does not stream")
         self.shape, self._spec, self._config = shape, spec, config
         self._state = model.initial_state(1)
-        self._step = step or _cached_step(model, shape, num_features, self._state)
+        self._step = _cached_step(model, shape, num_features, self._state)
         self._pending = np.zeros([0, num_features], np.float32)
         self._frames_in = 0
-        self._to_drop = shape.delay
-        self._outputs_out = 0
-        self._raw_out = 0  # outputs the steps gave, the delayed ones included
-        self._width = 0
+        self._outputs = StreamOutputs(shape.delay)
         self._finished = False
-
-    @property
-    def frames_in(self) -> int:
-        """Feature frames pushed so far."""
-        return self._frames_in
 
     def push(self, features: np.ndarray) -> np.ndarray:
         """The output frames that ``features`` (the next frames of the stream) complete."""
@@ -107,9 +125,11 @@ class EncoderStream:
         outputs = []
         if len(self._pending):
             outputs.append(self._run(self._pending, len(self._pending)))
-        total = int(self._spec.output_length(self._config, self._frames_in))
-        while self._raw_out < total + self.shape.delay:
+        raw = self._outputs.raw + sum(len(out) for out in outputs)
+        needed = self._limit() + self.shape.delay
+        while raw < needed:
             outputs.append(self._run(np.zeros([0, self._pending.shape[1]], np.float32), 0))
+            raw += len(outputs[-1])
         return self._emit(outputs)
 
     def _run(self, frames: np.ndarray, length: int) -> np.ndarray:
@@ -119,18 +139,11 @@ class EncoderStream:
         chunk[0, : len(frames)] = frames
         outputs, self._state = self._step(tf.constant(chunk), tf.constant([length], tf.int32),
                                           self._state)
-        self._raw_out += int(outputs.shape[1])
-        self._width = int(outputs.shape[2])
         return outputs[0].numpy()
 
+    def _limit(self) -> int:
+        """Output frames of the feature frames pushed so far."""
+        return int(self._spec.output_length(self._config, self._frames_in))
+
     def _emit(self, outputs: list[np.ndarray]) -> np.ndarray:
-        if not outputs:
-            return np.zeros([0, self._width], np.float32)
-        joined = np.concatenate(outputs)
-        dropped = min(self._to_drop, len(joined))
-        self._to_drop -= dropped
-        joined = joined[dropped:]
-        total = int(self._spec.output_length(self._config, self._frames_in))
-        joined = joined[: max(0, total - self._outputs_out)]
-        self._outputs_out += len(joined)
-        return joined
+        return self._outputs.take(outputs, self._limit())

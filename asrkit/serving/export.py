@@ -708,25 +708,31 @@ class ExportedModel:
         outputs = self._loaded.signatures[signature](pcm=audio)
         return {key: value.numpy() for key, value in outputs.items()}
 
+    @property
+    def stream_geometry(self) -> dict[str, Any]:
+        """A streaming export's ``stream`` metadata; a one-line error for another export (ONNX
+        exports never hold a step)."""
+        geometry = self.metadata.get("stream")
+        if geometry is None:
+            raise AsrkitError(f"{self.path} holds no streaming step: export a streaming CTC run "
+                              "(-o model.streaming=true) as SavedModel or TFLite, or transcribe "
+                              "--stream with the run folder")
+        return geometry
+
     def stream(self) -> export_stream.ExportStream:
         """A new stream through a streaming export's ``stream_step``
         (:class:`asrkit.serving.export_stream.ExportStream`)."""
-        geometry = self.metadata.get("stream")
-        if geometry is None:
-            raise AsrkitError(f"{self.path} holds no streaming step: export a streaming run "
-                              "(-o model.streaming=true) to get one")
+        geometry = self.stream_geometry
         name = export_stream.STREAM_SIGNATURE
         if self.format == "tflite":
             runner = self._runners.get(name)
             if runner is None:
                 runner = self._runners[name] = self._interpreter.get_signature_runner(name)
-        elif self.format == "savedmodel":
+        else:
             signature = self._loaded.signatures[name]
 
             def runner(**inputs: Any) -> dict[str, Any]:
                 return {k: v.numpy() for k, v in signature(**inputs).items()}
-        else:
-            raise AsrkitError(f"{self.path}: an ONNX export holds no streaming step")
         stride = round(geometry["chunk_frames"] / geometry["output_frames"])
         return export_stream.ExportStream(runner, geometry, lambda n: -(-n // stride))
 

@@ -32,7 +32,8 @@ import numpy as np
 
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import count_frames, frame_geometry
-from asrkit.features import SpectralExtractor
+from asrkit.features import SpectralExtractor, running_mean_removed
+from asrkit.serving.encoder_stream import StreamOutputs
 
 if TYPE_CHECKING:
     import keras
@@ -144,10 +145,8 @@ def stream_step(run: Run, model: keras.Model) -> tuple[Any, StreamGeometry]:
             features = features * mask
             new_sum, new_count = norm_sum, norm_count
             if running:
-                sums = norm_sum[None] + tf.cumsum(features, axis=0)
-                counts = norm_count + tf.cumsum(mask[:, 0])
-                features = (features - sums / tf.maximum(counts, 1.0)[:, None]) * mask
-                new_sum, new_count = sums[-1], counts[-1]
+                features, (new_sum, new_count) = running_mean_removed(
+                    features, mask, axis=0, carried=(norm_sum, norm_count))
         logits, stepped = model.step(features[None], valid[None], list(state))
         ready = calls > 0
         keep = [tf.where(ready, new, old) for new, old in zip(stepped, state, strict=True)]
@@ -176,9 +175,8 @@ class ExportStream:
         self._state = {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in geometry["state"]}
         self._pending = np.zeros(0, np.float32)
         self._samples = 0
-        self._raw = 0
-        self._emitted = 0
-        self._frames = 0
+        self._stepped = 0  # feature frames the step has turned into logits
+        self._outputs = StreamOutputs(geometry["delay"])
 
     def push(self, samples: np.ndarray) -> np.ndarray:
         block = self._geometry["chunk_samples"]
@@ -187,28 +185,25 @@ class ExportStream:
         while len(self._pending) >= block:
             out.append(self._call(self._pending[:block], block))
             self._pending = self._pending[block:]
-        return self._emit(out, final=False)
+        return self._emit(out, self._stepped)
 
     def finish(self) -> np.ndarray:
+        """The last partial block, then calls of no samples until every chunk with frames has
+        been stepped (the step lags one block) and the delayed logits are out."""
         out = [self._call(self._pending, len(self._pending))] if len(self._pending) else []
         self._pending = np.zeros(0, np.float32)
-        delay = self._geometry["delay"]
-        while True:
-            total = int(self._output_length(self._frames_total()))
-            if self._raw >= total + delay and self._calls_done():
-                break
+        frames = self._frames_total()
+        needed = int(self._output_length(frames)) + self._outputs.delay
+        raw = self._outputs.raw + sum(len(o) for o in out if o is not None)
+        while raw < needed or self._stepped < frames:
             out.append(self._call(np.zeros(0, np.float32), 0))
-        return self._emit(out, final=True)
+            raw += 0 if out[-1] is None else len(out[-1])
+        return self._emit(out, frames)
 
     def _frames_total(self) -> int:
-        return int(count_frames(self._samples, *self._framing())) if self._samples else 0
-
-    def _framing(self) -> tuple[int, int]:
-        return self._geometry["window"], self._geometry["step"]
-
-    def _calls_done(self) -> bool:
-        """Every chunk with frames has been stepped (the step lags one block)."""
-        return self._frames >= self._frames_total()
+        """Feature frames of the samples pushed, as ``extract`` counts them."""
+        window, step = self._geometry["window"], self._geometry["step"]
+        return int(count_frames(self._samples, window, step)) if self._samples else 0
 
     def _call(self, samples: np.ndarray, count: int) -> np.ndarray | None:
         block = np.zeros(self._geometry["chunk_samples"], np.float32)
@@ -220,18 +215,10 @@ class ExportStream:
             self._state[name] = outputs[name].astype(self._state[name].dtype)
         if not int(outputs["ready"]):
             return None
-        self._frames += int(outputs["frames"])
-        self._raw += len(outputs["logits"])
+        self._stepped += int(outputs["frames"])
         return outputs["logits"]
 
-    def _emit(self, out: list[np.ndarray | None], final: bool) -> np.ndarray:
-        kept = [o for o in out if o is not None]
-        if not kept:
-            return np.zeros([0, 0], np.float32)
-        joined = np.concatenate(kept)
-        skip = max(0, self._geometry["delay"] - (self._raw - len(joined)))
-        joined = joined[skip:]
-        limit = int(self._output_length(self._frames_total() if final else self._frames))
-        joined = joined[: max(0, limit - self._emitted)]
-        self._emitted += len(joined)
-        return joined
+    def _emit(self, out: list[np.ndarray | None], frames: int) -> np.ndarray:
+        """The logits of ``frames`` feature frames not returned yet."""
+        return self._outputs.take([o for o in out if o is not None],
+                                  int(self._output_length(frames)))

@@ -38,20 +38,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from asrkit import plugins
-from asrkit.config.decoding import choose_decoder, try_decoder
-from asrkit.config.objectives import check_decodes
+from asrkit.config.decoding import try_decoder
 from asrkit.config.overrides import DecoderChoice
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
 from asrkit.evaluation.restore import restore_networks
-from asrkit.objectives.ctc import CTCObjective
 from asrkit.runs.chunks import chunk_ms_of, with_chunk
 from asrkit.runs.run import load_run
 from asrkit.serving.encoder_stream import EncoderStream
 from asrkit.serving.export import ExportedModel, is_export
 from asrkit.serving.export_stream import ExportStream
 from asrkit.serving.stream_features import FeatureStream
-from asrkit.serving.transcribe import Word, window_words
+from asrkit.serving.transcribe import (
+    ExportRecognizer,
+    Word,
+    as_float,
+    resolve_decoder,
+    window_words,
+)
 from asrkit.types import Decoder
 
 if TYPE_CHECKING:
@@ -120,11 +124,11 @@ class StreamingModel:
         self.default_decoder = run.train.decoder
         self.greedy_decoder: Decoder = plugins.get("decoder", run.objective.greedy_decoder)
 
-    def choose_decoder(self, choice: DecoderChoice) -> Decoder:
-        """The final results' decoder: the run's, or the one ``choice`` names."""
+    def choose_decoder(self, choice: DecoderChoice) -> tuple[Decoder, str | None]:
+        """The final results' decoder: the run's, or the one ``choice`` names (no warning)."""
         decoder = self.run.choose_decoder(choice)
         try_decoder(decoder, self.labels)
-        return decoder
+        return decoder, None
 
     def decoder_inputs(self, outputs: np.ndarray) -> Any:
         """What the decoders read of an utterance's output frames ``[frames, width]``."""
@@ -145,32 +149,23 @@ class ExportStreamingModel:
 
     def __init__(self, path: str | Path, chunk_ms: float | None = None) -> None:
         self._export = ExportedModel(path)
-        meta = self._export.metadata
-        stream = meta.get("stream")
-        if stream is None:
-            raise AsrkitError(f"{path} holds no streaming step: export a streaming CTC run, or "
-                              "transcribe --stream with its run folder")
-        self.chunk_ms = float(stream["chunk_ms"])
+        self.chunk_ms = float(self._export.stream_geometry["chunk_ms"])
         if chunk_ms is not None and chunk_ms != self.chunk_ms:
             raise AsrkitError(f"{path} streams in chunks of {self.chunk_ms:g} ms, fixed when it "
                               f"was exported: export the run again with --chunk-ms {chunk_ms:g}")
-        self.labels = self._export.labels
-        self.frame_seconds = float(meta["frame_seconds"])
-        self.default_decoder = meta.get("decoder", "greedy")
+        self._recognizer = ExportRecognizer(self._export)
+        self.labels = self._recognizer.labels
+        self.frame_seconds = self._recognizer.frame_seconds
         self.greedy_decoder: Decoder = plugins.get("decoder", "greedy")
         self.name = f"{path} ({self._export.format}, chunks of {self.chunk_ms:g} ms)"
 
-    def choose_decoder(self, choice: DecoderChoice) -> Decoder:
-        """The final results' decoder: the export's run's (greedy when it is not installed),
-        or the one ``choice`` names; it must read CTC logits."""
-        default = self.default_decoder
-        if choice.name is None and default not in plugins.get_plugins().registry.names(
-                "decoder"):
-            default = "greedy"
-        decoder = choose_decoder(choice, default)
-        check_decodes(CTCObjective(), decoder.name)
+    def choose_decoder(self, choice: DecoderChoice) -> tuple[Decoder, str | None]:
+        """The final results' decoder as ``asrkit transcribe`` chooses it for an export
+        (:func:`asrkit.serving.transcribe.resolve_decoder`: the run's, greedy with a warning
+        when that is not installed, or the one ``choice`` names), and the warning."""
+        decoder, warning = resolve_decoder(choice, self._recognizer)
         try_decoder(decoder, self.labels)
-        return decoder
+        return decoder, warning
 
     def decoder_inputs(self, outputs: np.ndarray) -> np.ndarray:
         return outputs[np.newaxis]
@@ -247,9 +242,7 @@ class StreamTranscriber:
             raise ValueError("the stream has finished")
         samples = np.asarray(samples)
         self._samples_in += len(samples)
-        if samples.dtype == np.int16:
-            samples = samples.astype(np.float32) / 32768.0
-        outputs = self._encoder.push(self._features.push(samples.astype(np.float32)))
+        outputs = self._encoder.push(self._features.push(as_float(samples)))
         return self._take(outputs, final=False)
 
     def finish(self) -> list[Update]:

@@ -296,8 +296,9 @@ class ExportRecognizer(Recognizer):
     decoders (``attention-beam``, ``attention-greedy``; by default its run's) with those steps
     as the networks they call, so they decode the export as they decode the run."""
 
-    def __init__(self, path: str | Path) -> None:
-        self._export = ExportedModel(path)
+    def __init__(self, path: str | Path | ExportedModel) -> None:
+        self._export = path if isinstance(path, ExportedModel) else ExportedModel(path)
+        path = self._export.path
         self._networks: Any = None
         meta = self._export.metadata
         self.labels = self._export.labels
