@@ -141,6 +141,17 @@ def test_bad_input_keeps_what_can_be_cut(book, tmp_path):
         segment_text(path, "\n".join(texts * 20))
 
 
+def test_clips_longer_than_an_import_takes_are_reported(book, monkeypatch):
+    path, texts, _, _ = book
+    monkeypatch.setattr(segmenting, "DEFAULT_MAX_SECONDS", 4.0)
+    result, _ = segment_text(path, "\n".join(texts))
+    long = [s for s in result.segments if s.end - s.start > 4.0]
+    assert long and result.warnings == [
+        f"{len(long)} clip(s) are longer than 4 s (the first: number {long[0].number}, "
+        f"{long[0].end - long[0].start:.1f} s), which `asrkit import` skips unless "
+        "--max-duration is raised: split those lines"]
+
+
 def test_sentences_are_split_from_running_text():
     text = ("Mr. Smith came home. Was it late? It was!\n\n\"Yes,\" she said. Then\nthey "
             "slept…\nThe end")

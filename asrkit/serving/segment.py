@@ -72,6 +72,7 @@ from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.labels import LabelError
 from asrkit.core.text import normalize
 from asrkit.dataset.audio import wav_bytes
+from asrkit.dataset.folders import DEFAULT_MAX_SECONDS
 from asrkit.serving.align import (
     LONG_GAP_SECONDS,
     AlignmentError,
@@ -381,6 +382,12 @@ def check_segmentation(result: Segmentation, lines: Sequence[Line]) -> None:
         result.warnings.append(
             f"{len(low)} of {len(scored)} utterances score below --min-confidence "
             f"{result.min_confidence:g}: the text may not match the audio in many places")
+    long = [s for s in result.kept if s.end - s.start > DEFAULT_MAX_SECONDS]
+    if long:
+        result.warnings.append(
+            f"{len(long)} clip(s) are longer than {DEFAULT_MAX_SECONDS:g} s (the first: number "
+            f"{long[0].number}, {long[0].end - long[0].start:.1f} s), which `asrkit import` "
+            "skips unless --max-duration is raised: split those lines")
     covered = sorted((s.start, s.end) for s, line in zip(result.segments, lines, strict=True)
                      if line.labels)
     edges = [0.0, *(t for pair in covered for t in pair), result.duration]
@@ -411,12 +418,15 @@ def reusable(out: Path, name: str, key: str) -> Segmentation | None:
         saved = json.loads((out / name / LISTING).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if saved.get("key") != key:
+    if not isinstance(saved, dict) or saved.get("key") != key:
         return None
-    segments = [Segment(**s) for s in saved["segments"]]
-    return Segmentation(saved["file"], name, saved["duration"], segments,
-                        saved["min_confidence"], saved["model"], saved["windows"],
-                        saved["warnings"], reused=True)
+    try:
+        segments = [Segment(**s) for s in saved["segments"]]
+        return Segmentation(saved["file"], name, saved["duration"], segments,
+                            saved["min_confidence"], saved["model"], saved["windows"],
+                            saved["warnings"], reused=True)
+    except (KeyError, TypeError):  # written by another version: done again
+        return None
 
 
 def write_clips(result: Segmentation, out: Path, key: str,
