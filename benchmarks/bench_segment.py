@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,6 +60,9 @@ RATE = 16000
 #: A sample this loud (of 32768) or louder is speech: espeak-ng's silence is exact zeros, and
 #: resampling rings a few units around the edges.
 EDGE_LEVEL = 16
+#: The thresholds whose effect is reported (the share of true utterances each keeps, the wrong
+#: lines each drops).
+THRESHOLDS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 
 
 @dataclass
@@ -134,15 +136,17 @@ def score(segments: list[dict[str, Any]], spoken: list[Spoken]) -> dict[str, Any
                                                                          strict=True)])
     ends = np.array([abs(s["speech_end"] - t.end) for s, t in zip(segments, spoken,
                                                                    strict=True)])
-    exact = 0
+    exact = placed = 0
     for index, (found, truth) in enumerate(zip(segments, spoken, strict=True)):
         before = spoken[index - 1].end if index else 0.0
         after = spoken[index + 1].start if index + 1 < len(spoken) else float("inf")
         holds = found["start"] <= truth.start and found["end"] >= truth.end
         alone = found["start"] >= before and found["end"] <= after
-        exact += bool(found["clip"] and found["text"] == truth.text and holds and alone
-                      and starts[index] <= 0.25 and ends[index] <= 0.25)
-    confidences = [s["confidence"] for s in segments]
+        right = bool(found["text"] == truth.text and holds and alone
+                     and starts[index] <= 0.25 and ends[index] <= 0.25)
+        placed += right
+        exact += right and bool(found["clip"])
+    confidences = np.array([s["confidence"] for s in segments])
     return {"utterances": len(spoken),
             "median_start_ms": round(1000 * float(np.median(starts)), 1),
             "median_end_ms": round(1000 * float(np.median(ends)), 1),
@@ -152,8 +156,12 @@ def score(segments: list[dict[str, Any]], spoken: list[Spoken]) -> dict[str, Any
             "within_250ms_end": round(float(np.mean(ends <= 0.25)), 4),
             "kept": sum(bool(s["clip"]) for s in segments),
             "recovered_exactly": round(exact / len(spoken), 4),
-            "median_confidence": round(statistics.median(confidences), 4),
-            "lowest_confidence": round(min(confidences), 4)}
+            "placed_right_whatever_the_threshold": round(placed / len(spoken), 4),
+            "confidence_percentiles_10_50_90": [round(float(np.percentile(confidences, q)), 4)
+                                                for q in (10, 50, 90)],
+            "lowest_confidence": round(float(confidences.min()), 4),
+            "kept_at_threshold": {str(t): round(float(np.mean(confidences >= t)), 4)
+                                  for t in THRESHOLDS}}
 
 
 def import_and_train(out: Path, home: Path) -> dict[str, Any]:
@@ -177,7 +185,7 @@ def main() -> None:
     parser.add_argument("--utterances", type=int, default=150)
     parser.add_argument("--gap", type=float, nargs=2, default=(0.5, 2.0))
     parser.add_argument("--wrong", type=int, default=5)
-    parser.add_argument("--min-confidence", type=float, default=0.5)
+    parser.add_argument("--min-confidence", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -206,6 +214,9 @@ def main() -> None:
         true = [s for s, line in zip(found["segments"], lines, strict=True) if line is not None]
         report["wrong_lines"] = {"inserted": args.wrong,
                                  "dropped": sum(not s["clip"] for s in wrong),
+                                 "dropped_at_threshold": {
+                                     str(t): sum(s["confidence"] < t for s in wrong)
+                                     for t in THRESHOLDS},
                                  "their_confidences": [s["confidence"] for s in wrong],
                                  **score(true, spoken), "warnings": warnings}
     if args.json:
