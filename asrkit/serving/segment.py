@@ -302,7 +302,6 @@ def segment_frames(frames: Frames, labels: Labels, lines: Sequence[Line],
     """Where each of ``lines`` (all with labels) lies in the frames, with its confidence
     (module docstring); a one-line :class:`AlignmentError` when the frames are too few
     for the text."""
-
     joined, begins = joined_labels(lines, labels)
     tokens = ctc_align(frames.log_probs, joined, labels.blank, free_ends=True)
     if tokens is None:
