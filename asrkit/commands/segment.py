@@ -131,8 +131,6 @@ def _segment_one(recording: Path, text_file: Path, recognizer: Recognizer, model
                  chunk_seconds: float, overlap_seconds: float, progress: bool) -> Segmentation:
     """One recording: reused from OUT when done before with the same inputs, else segmented
     and its clips written."""
-    from tqdm import tqdm
-
     from asrkit.core.text import decode_text
     from asrkit.serving.segment import (
         inputs_key,
@@ -142,6 +140,7 @@ def _segment_one(recording: Path, text_file: Path, recognizer: Recognizer, model
         split_text,
         write_clips,
     )
+    from asrkit.serving.transcribe import WindowBar
 
     try:
         content = decode_text(text_file.read_bytes(), text_file.name)
@@ -156,16 +155,10 @@ def _segment_one(recording: Path, text_file: Path, recognizer: Recognizer, model
     done = reusable(out, recording.stem, key)
     if done is not None:
         return done
-    bar = tqdm(unit="window", desc=f"segment {recording.name}", leave=False,
-               disable=not progress)
-
-    def advance(count: int, total: int) -> None:
-        bar.total = total
-        bar.update(count - bar.n)
-
+    bar = WindowBar(progress, f"segment {recording.name}")
     try:
         result = segment_recording(recording, lines, recognizer, min_confidence,
-                                   recording.stem, chunk_seconds, overlap_seconds, advance)
+                                   recording.stem, chunk_seconds, overlap_seconds, bar.update)
     finally:
         bar.close()
     out.mkdir(parents=True, exist_ok=True)

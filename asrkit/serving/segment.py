@@ -376,9 +376,11 @@ def check_segmentation(result: Segmentation, lines: Sequence[Line]) -> None:
     low = [s for s in scored if s.confidence < result.min_confidence]
     if scored and len(low) == len(scored):
         median = statistics.median(s.confidence for s in scored)
-        raise AlignmentError(
-            f"the text does not match the audio: all {len(scored)} utterances score below "
-            f"--min-confidence {result.min_confidence:g} (median {median:.3f})")
+        threshold = f"--min-confidence {result.min_confidence:g}"
+        said = (f"its one utterance scores {median:.3f}, below {threshold}" if len(scored) == 1
+                else f"all {len(scored)} utterances score below {threshold} (median "
+                     f"{median:.3f})")
+        raise AlignmentError(f"the text does not match the audio: {said}")
     if len(low) * 2 > len(scored):
         result.warnings.append(
             f"{len(low)} of {len(scored)} utterances score below --min-confidence "
