@@ -272,6 +272,18 @@ def test_the_command_writes_a_folder_that_imports_and_trains(cli, tiny_run, tmp_
     assert (tmp_path / "run" / "config.json").exists()
 
 
+def test_the_command_splits_running_text_into_sentences(cli, tiny_run, tmp_path):
+    audio, text = joined_with_sox(tmp_path)
+    prose = tmp_path / "prose.txt"
+    prose.write_text(" ".join(text.read_text().splitlines()).replace("year.", "year.\n\n"))
+    result = cli(["segment", audio, prose, "-m", tiny_run, "--out", tmp_path / "corpus",
+                  "--min-confidence", "0", "--split-sentences", "--json", "--no-progress"])
+    assert result.exit_code == 0, result.stderr
+    found = json.loads(result.stdout)["segments"]
+    assert found[0]["text"] == CLIPS[0][1]  # a sentence ending in a full stop
+    assert len(found) == 2  # and a paragraph: the transcripts have no full stops
+
+
 def test_the_command_reports_bad_input_on_one_line_each(cli, tiny_run, tmp_path):
     audio, text = joined_with_sox(tmp_path)
     out = tmp_path / "corpus"
@@ -301,6 +313,13 @@ def test_the_command_reports_bad_input_on_one_line_each(cli, tiny_run, tmp_path)
         f"asrkit: error: {tmp_path / 'missing.wav'}: no such file",
         "asrkit: error: 1 of 2 recordings could not be segmented"]
     assert (tmp_path / "two" / "talk" / "talk-0002.wav").exists()
+    twin = tmp_path / "other" / "talk.wav"
+    twin.parent.mkdir()
+    twin.write_bytes(audio.read_bytes())
+    listing.write_text(f"{audio}\t{text}\n{twin}\t{text}\n")
+    result = cli(["segment", "--list", listing, "-m", tiny_run, "--out", out])
+    assert errors(result.stderr) == [f"asrkit: error: {audio} and {twin} would both be cut into "
+                                     f"{out}/talk: rename one"]
     for args in (["segment", audio, "-m", tiny_run, "--out", out],
                  ["segment", "--list", listing, audio, "-m", tiny_run, "--out", out]):
         result = cli(args)
