@@ -1,0 +1,139 @@
+"""How well a trained run's word confidences are calibrated, before and after the temperature
+``asrkit evaluate --calibrate`` fits on dev; and the oracle WER of its N-best lists.
+
+Why: a word confidence is only useful if it means what it says (of the words at 0.8, about 80 %
+right). This scores the run's dev split and its test splits once (the model runs once a split;
+its outputs are decoded by each decoder), and reports for each decoder and split:
+
+- the expected calibration error (10 equal-width bins) and Brier score of the word confidences
+  at temperature 1, and at the temperature fitted on dev's words
+  (:func:`asrkit.core.confidence.fit_temperature`, what ``--calibrate`` saves), with the mean
+  confidence against the share of words right;
+- the oracle WER of the beam decoder's N-best lists for N = 1, 5, 10: each utterance scored by
+  the hypothesis of its N best nearest to the reference. The room a rescoring of the lists has.
+
+Nothing is written into the run folder: the temperature is fitted in memory, as ``--calibrate``
+fits it.
+
+Usage::
+
+    ASRKIT_HOME=... python benchmarks/bench_calibration.py --run RUN \\
+        [--splits test test-unseen test-flite] [--decoders greedy beam] [--lm LM.arpa] \\
+        [--nbest 1 5 10] [--beam-width 16] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "plugins" / "asrkit-decoder-kenlm"))  # the plugin, from source
+
+from asrkit import plugins  # noqa: E402
+from asrkit.config.decoding import try_decoder  # noqa: E402
+from asrkit.core.confidence import WordEvidence, fit_temperature  # noqa: E402
+from asrkit.core.metrics import edit_distance  # noqa: E402
+from asrkit.evaluation.evaluate import load_split_model  # noqa: E402
+from asrkit.runs.calibration import confidence_report  # noqa: E402
+from asrkit.runs.run import load_run  # noqa: E402
+from asrkit.runs.scoring import decode_outputs  # noqa: E402
+
+
+def oracle_wer(outputs: list, decoder, labels, counts: list[int]) -> dict[int, float]:
+    """Each N's WER when every utterance is scored by its best of the N best hypotheses."""
+    errors = dict.fromkeys(counts, 0)
+    words = 0
+    for out in outputs:
+        lists = decoder.decode_nbest(out.logits, out.lengths, labels, max(counts))
+        for reference, found in zip(out.references, lists, strict=True):
+            ref = reference.split()
+            words += len(ref)
+            distances = [edit_distance(ref, h.text.split()) for h in found] or [len(ref)]
+            for n in counts:
+                errors[n] += min(distances[:n])
+    return {n: errors[n] / max(1, words) for n in counts}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="a trained CTC run folder")
+    parser.add_argument("--fit-split", default="dev", help="the split the temperature is fitted on")
+    parser.add_argument("--splits", nargs="+", default=["test", "test-unseen", "test-flite"])
+    parser.add_argument("--decoders", nargs="+", default=["greedy", "beam"],
+                        help="decoders whose word confidences are measured (kenlm needs --lm)")
+    parser.add_argument("--lm", type=Path, default=None, help="an ARPA model for kenlm")
+    parser.add_argument("--nbest", type=int, nargs="+", default=[1, 5, 10])
+    parser.add_argument("--beam-width", type=int, default=16)
+    parser.add_argument("--checkpoint", default="best")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args()
+
+    run = load_run(args.run)
+    decoders = {}
+    for name in args.decoders:
+        changes = {"beam_width": args.beam_width} if name != "greedy" else {}
+        if name == "kenlm":
+            changes["lm"] = str(args.lm)
+        decoders[name] = plugins.get("decoder", name).with_config(**changes)
+        try_decoder(decoders[name], run.labels)
+    outputs = {}
+    for split in [args.fit_split, *args.splits]:
+        loaded = load_split_model(run, split, args.checkpoint)
+        outputs[split] = list(loaded.outputs())
+        print(f"scored {split}: {sum(len(o.ids) for o in outputs[split])} utterances",
+              file=sys.stderr)
+
+    results: dict = {"run": str(args.run), "fit_split": args.fit_split, "decoders": {},
+                     "oracle_wer": {}}
+    for name, decoder in decoders.items():
+        evidence = {}
+        wer = {}
+        for split, found in outputs.items():
+            evidence[split] = WordEvidence()
+            evaluation = decode_outputs(found, decoder, run.labels, split, progress=False,
+                                        evidence=evidence[split])
+            wer[split] = evaluation.wer
+        temperature = fit_temperature(evidence[args.fit_split])
+        rows = {}
+        for split in outputs:
+            before = confidence_report(evidence[split], 1.0)
+            after = confidence_report(evidence[split], temperature)
+            rows[split] = {"words": before.words, "wer": round(wer[split], 4),
+                           "accuracy": round(before.accuracy, 4),
+                           "before": {"ece": round(before.ece, 4),
+                                      "brier": round(before.brier, 4),
+                                      "mean_confidence": round(before.confidence, 4)},
+                           "after": {"ece": round(after.ece, 4), "brier": round(after.brier, 4),
+                                     "mean_confidence": round(after.confidence, 4)}}
+        results["decoders"][name] = {"temperature": round(temperature, 4), "splits": rows}
+    beam = decoders.get("beam") or plugins.get("decoder", "beam").with_config(
+        beam_width=args.beam_width)
+    for split in args.splits:
+        results["oracle_wer"][split] = {str(n): round(w, 4) for n, w in
+                                        oracle_wer(outputs[split], beam, run.labels,
+                                                   args.nbest).items()}
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    for name, found in results["decoders"].items():
+        print(f"{name}: temperature {found['temperature']:.3g} fitted on {args.fit_split}")
+        print(f"  {'split':12} {'words':>6} {'WER':>7} {'right':>7} {'conf':>7} {'ECE':>7} "
+              f"{'Brier':>6} -> {'conf':>7} {'ECE':>7} {'Brier':>6}")
+        for split, row in found["splits"].items():
+            b, a = row["before"], row["after"]
+            print(f"  {split:12} {row['words']:6d} {row['wer']:7.2%} {row['accuracy']:7.2%} "
+                  f"{b['mean_confidence']:7.2%} {b['ece']:7.2%} {b['brier']:6.3f} -> "
+                  f"{a['mean_confidence']:7.2%} {a['ece']:7.2%} {a['brier']:6.3f}")
+    print(f"oracle WER of the beam's N best (beam_width {args.beam_width}):")
+    for split, found in results["oracle_wer"].items():
+        print(f"  {split:12} " + "  ".join(f"N={n}: {w:.2%}" for n, w in found.items()))
+
+
+if __name__ == "__main__":
+    main()
