@@ -9,6 +9,9 @@ its outputs are decoded by each decoder), and reports for each decoder and split
   at temperature 1, and at the temperature fitted on dev's words
   (:func:`asrkit.core.confidence.fit_temperature`, what ``--calibrate`` saves), with the mean
   confidence against the share of words right;
+- for comparison, the ECE at the temperature that instead minimises the negative
+  log-likelihood of dev's frames' labels on the forced alignment of their references (a
+  frame-level fit: what ``--calibrate`` does not do, and why);
 - the oracle WER of the beam decoder's N-best lists for N = 1, 5, 10: each utterance scored by
   the hypothesis of its N best nearest to the reference. The room a rescoring of the lists has.
 
@@ -37,8 +40,14 @@ sys.path.insert(0, str(ROOT / "plugins" / "asrkit-decoder-kenlm"))  # the plugin
 
 from asrkit import plugins  # noqa: E402
 from asrkit.config.decoding import try_decoder  # noqa: E402
-from asrkit.core.confidence import WordEvidence, fit_temperature  # noqa: E402
+from asrkit.core.confidence import (  # noqa: E402
+    HIGHEST_TEMPERATURE,
+    LOWEST_TEMPERATURE,
+    WordEvidence,
+    fit_temperature,
+)
 from asrkit.core.metrics import edit_distance  # noqa: E402
+from asrkit.core.viterbi import ctc_align, log_softmax  # noqa: E402
 from asrkit.evaluation.evaluate import load_split_model  # noqa: E402
 from asrkit.runs.calibration import confidence_report  # noqa: E402
 from asrkit.runs.run import load_run  # noqa: E402
@@ -58,6 +67,30 @@ def oracle_wer(outputs: list, decoder, labels, counts: list[int]) -> dict[int, f
             for n in counts:
                 errors[n] += min(distances[:n])
     return {n: errors[n] / max(1, words) for n in counts}
+
+
+def frame_temperature(outputs: list, labels) -> float:
+    """The temperature minimising the mean negative log-likelihood of each frame's label on
+    the Viterbi alignment of its utterance's reference (the blank between the reference's
+    labels): a frame-level calibration, for comparison."""
+    import numpy as np
+
+    rows, targets = [], []
+    for out in outputs:
+        for row, reference in enumerate(out.references):
+            logits = np.asarray(out.logits[row, :int(out.lengths[row])], np.float32)
+            tokens = ctc_align(log_softmax(logits), labels.encode(reference), labels.blank)
+            if tokens is None:
+                continue
+            target = np.full(len(logits), labels.blank)
+            for t in tokens:
+                target[t.first:t.last + 1] = t.label
+            rows.append(logits)
+            targets.append(target)
+    logits, target = np.concatenate(rows), np.concatenate(targets)
+    grid = np.exp(np.linspace(np.log(LOWEST_TEMPERATURE), np.log(HIGHEST_TEMPERATURE), 200))
+    losses = [-log_softmax(logits / t)[np.arange(len(target)), target].mean() for t in grid]
+    return float(grid[int(np.argmin(losses))])
 
 
 def main() -> None:
@@ -89,7 +122,9 @@ def main() -> None:
         print(f"scored {split}: {sum(len(o.ids) for o in outputs[split])} utterances",
               file=sys.stderr)
 
-    results: dict = {"run": str(args.run), "fit_split": args.fit_split, "decoders": {},
+    frame_t = frame_temperature(outputs[args.fit_split], run.labels)
+    results: dict = {"run": str(args.run), "fit_split": args.fit_split,
+                     "frame_fitted_temperature": round(frame_t, 4), "decoders": {},
                      "oracle_wer": {}}
     for name, decoder in decoders.items():
         evidence = {}
@@ -104,13 +139,16 @@ def main() -> None:
         for split in outputs:
             before = confidence_report(evidence[split], 1.0)
             after = confidence_report(evidence[split], temperature)
+            frame = confidence_report(evidence[split], frame_t)
             rows[split] = {"words": before.words, "wer": round(wer[split], 4),
                            "accuracy": round(before.accuracy, 4),
                            "before": {"ece": round(before.ece, 4),
                                       "brier": round(before.brier, 4),
                                       "mean_confidence": round(before.confidence, 4)},
                            "after": {"ece": round(after.ece, 4), "brier": round(after.brier, 4),
-                                     "mean_confidence": round(after.confidence, 4)}}
+                                     "mean_confidence": round(after.confidence, 4)},
+                           "frame_fitted": {"ece": round(frame.ece, 4),
+                                            "brier": round(frame.brier, 4)}}
         results["decoders"][name] = {"temperature": round(temperature, 4), "splits": rows}
     beam = decoders.get("beam") or plugins.get("decoder", "beam").with_config(
         beam_width=args.beam_width)
@@ -122,14 +160,16 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     for name, found in results["decoders"].items():
-        print(f"{name}: temperature {found['temperature']:.3g} fitted on {args.fit_split}")
+        print(f"{name}: temperature {found['temperature']:.3g} fitted on {args.fit_split}'s "
+              f"words (frame-level fit: {frame_t:.3g})")
         print(f"  {'split':12} {'words':>6} {'WER':>7} {'right':>7} {'conf':>7} {'ECE':>7} "
-              f"{'Brier':>6} -> {'conf':>7} {'ECE':>7} {'Brier':>6}")
+              f"{'Brier':>6} -> {'conf':>7} {'ECE':>7} {'Brier':>6} | frame-fit ECE")
         for split, row in found["splits"].items():
             b, a = row["before"], row["after"]
             print(f"  {split:12} {row['words']:6d} {row['wer']:7.2%} {row['accuracy']:7.2%} "
                   f"{b['mean_confidence']:7.2%} {b['ece']:7.2%} {b['brier']:6.3f} -> "
-                  f"{a['mean_confidence']:7.2%} {a['ece']:7.2%} {a['brier']:6.3f}")
+                  f"{a['mean_confidence']:7.2%} {a['ece']:7.2%} {a['brier']:6.3f} | "
+                  f"{row['frame_fitted']['ece']:.2%}")
     print(f"oracle WER of the beam's N best (beam_width {args.beam_width}):")
     for split, found in results["oracle_wer"].items():
         print(f"  {split:12} " + "  ".join(f"N={n}: {w:.2%}" for n, w in found.items()))

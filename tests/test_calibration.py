@@ -125,6 +125,12 @@ def test_the_confidences_are_transcriptions_at_any_temperature(temperature):
         tokens, log_softmax(logits / temperature), LABELS, 0.0, 0.02)]
     assert evidence.confidences(temperature)[:len(groups)] == pytest.approx(expected, rel=1e-5)
     assert len(evidence) == len(evidence.correct) > len(groups)
+    # Kept at one temperature (a frame's probability, not its logits), the same confidences.
+    fixed = WordEvidence(temperature)
+    fixed.add(logits, groups, [True] * len(groups))
+    assert fixed.confidences(temperature) == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="at temperature"):
+        fixed.confidences(temperature + 1)
 
 
 # -- the command line ---------------------------------------------------------------------------

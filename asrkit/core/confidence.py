@@ -120,18 +120,23 @@ def correctness_nll(confidences: np.ndarray, correct: np.ndarray) -> float:
 
 
 class WordEvidence:
-    """What the confidences of many words are computed from, kept so that they can be computed
-    again at any temperature: each word's tokens, each token's frames' logits and label, and
-    whether the word is right. ``confidences(T)`` are exactly the confidences transcription
-    reports with the logits divided by ``T``."""
+    """What the confidences of many words are computed from: each word's tokens, each token's
+    frames, and whether the word is right. ``confidences(T)`` are exactly the confidences
+    transcription reports with the logits divided by ``T``.
 
-    def __init__(self) -> None:
-        self._logits: list[np.ndarray] = []  # per utterance: its tokens' frames' logits
-        self._labels: list[np.ndarray] = []  # ... each frame's token's label
-        self._token: list[np.ndarray] = []  # ... each frame's token (numbered over all)
+    A fit tries many temperatures, so by default the frames' logits are kept (a row of classes
+    a frame: a large vocabulary of subword pieces makes them large). Given the one
+    ``temperature`` the confidences will be read at, only each frame's probability is kept."""
+
+    def __init__(self, temperature: float | None = None) -> None:
+        self.temperature = temperature
+        self._frames: list[np.ndarray] = []  # per utterance: its tokens' frames' logits (or
+        self._labels: list[np.ndarray] = []  # their probabilities), each frame's label,
+        self._token: list[np.ndarray] = []  # and its token (numbered over all)
         self._word: list[int] = []  # each token's word (numbered over all)
         self._correct: list[bool] = []  # each word's
         self._tokens = 0
+        self._joined: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self._correct)
@@ -160,24 +165,44 @@ class WordEvidence:
                 self._word.append(len(self._correct))
                 self._tokens += 1
             self._correct.append(bool(right))
-        if rows:
-            self._logits.append(np.asarray(logits, np.float32)[np.concatenate(rows)])
-            self._labels.append(np.concatenate(labels))
-            self._token.append(np.concatenate(token))
+        if not rows:
+            return
+        frames = np.asarray(logits, np.float32)[np.concatenate(rows)]
+        label = np.concatenate(labels)
+        if self.temperature is not None:
+            frames = _label_probability(frames, label, self.temperature)
+        self._frames.append(frames)
+        self._labels.append(label)
+        self._token.append(np.concatenate(token))
+        self._joined = None
 
     def confidences(self, temperature: float = 1.0) -> np.ndarray:
-        """Every word's confidence with the logits divided by ``temperature``."""
+        """Every word's confidence with the logits divided by ``temperature`` (the one given
+        when made, if one was)."""
         import numpy as np
 
+        if self.temperature is not None and temperature != self.temperature:
+            raise ValueError(f"these words keep their confidences at temperature "
+                             f"{self.temperature}, not {temperature}")
         if not self._correct:
             return np.zeros(0)
-        logits = np.concatenate(self._logits)
-        labels, token = np.concatenate(self._labels), np.concatenate(self._token)
-        frame = np.exp(log_softmax(logits / temperature)[np.arange(len(labels)), labels])
+        if self._joined is None:
+            self._joined = (np.concatenate(self._frames), np.concatenate(self._labels),
+                            np.concatenate(self._token), np.asarray(self._word))
+        frames, labels, token, word = self._joined
+        frame = frames if self.temperature is not None else _label_probability(
+            frames, labels, temperature)
         per_token = np.bincount(token, frame) / np.bincount(token)
-        word = np.asarray(self._word)
         logs = np.log(np.maximum(per_token, 1e-30))
         return np.exp(np.bincount(word, logs, len(self)) / np.bincount(word, minlength=len(self)))
+
+
+def _label_probability(logits: np.ndarray, labels: np.ndarray,
+                       temperature: float) -> np.ndarray:
+    """Each frame's probability of its label, the logits divided by ``temperature``."""
+    import numpy as np
+
+    return np.exp(log_softmax(logits / temperature)[np.arange(len(labels)), labels])
 
 
 def fit_temperature(evidence: WordEvidence) -> float:

@@ -100,7 +100,8 @@ def evaluate_run(folder: str | Path, split: str = "test",
         raise AsrkitError(f"word confidences come from CTC logits, and the {chosen.name} "
                           f"decoder reads {chosen.reads}: only a CTC run's words are calibrated")
     calibration = load_calibration(run.folder) if calibrated else None
-    words = WordEvidence() if evidence is None else evidence
+    temperature = 1.0 if calibration is None else calibration.temperature
+    words = WordEvidence(temperature) if evidence is None else evidence
     loaded = load_split_model(run, split, checkpoint)
     evaluation = decode_outputs(loaded.outputs(), chosen, loaded.run.labels, split, progress,
                                 evidence=words)
@@ -110,7 +111,6 @@ def evaluate_run(folder: str | Path, split: str = "test",
     if stale:
         print(f"asrkit: warning: {stale}", file=sys.stderr)
     if chosen.reads == CTC_LOGITS:
-        temperature = 1.0 if calibration is None else calibration.temperature
         evaluation.word_confidence = confidence_report(words, temperature, calibration)
     return evaluation
 
