@@ -57,8 +57,8 @@ Words, times and confidence
     the softmax of the confidences (not of the alignment, which a temperature does not change).
 
 N-best
-    With ``nbest``, each window's beam decoder returns its ``nbest`` best hypotheses with their
-    scores (:class:`Candidate`): an N-best list is a window's, over the whole window (its
+    With ``nbest``, each window's beam decoder returns its ``nbest`` best distinct transcripts
+    with their scores (:class:`Candidate`): an N-best list is a window's, over the whole window (its
     overlaps included), and its best hypothesis is the window's text before stitching. A
     recording of one window (up to ``chunk_seconds`` plus an overlap) has one list, the
     utterance's. A longer one has a list per window: hypotheses of neighbouring windows overlap,
@@ -189,11 +189,19 @@ class Candidate:
                 "probability": round(self.probability, 4)}
 
 
-def candidates(hypotheses: Sequence[Hypothesis]) -> list[Candidate]:
-    """A decoder's N-best list (best first) with each hypothesis' probability in the list."""
-    shares = nbest_probabilities([h.score for h in hypotheses])
-    return [Candidate(h.text, h.score, h.acoustic, h.lm, p)
-            for h, p in zip(hypotheses, shares, strict=True)]
+def candidates(hypotheses: Sequence[Hypothesis], count: int) -> list[Candidate]:
+    """The ``count`` best distinct transcripts of a decoder's hypotheses (best first), each with
+    its probability in the list. Spaces are collapsed, and a transcript that several label
+    sequences spell (``"a b"``, ``"a b "``: a CTC beam keeps both) is listed once, with the
+    best score, as the kenlm decoder lists its own."""
+    distinct: dict[str, Hypothesis] = {}
+    for h in hypotheses:
+        distinct.setdefault(" ".join(h.text.split()), h)
+        if len(distinct) == count:
+            break
+    shares = nbest_probabilities([h.score for h in distinct.values()])
+    return [Candidate(text, h.score, h.acoustic, h.lm, p)
+            for (text, h), p in zip(distinct.items(), shares, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -714,15 +722,17 @@ def window_words(logits: np.ndarray, decoder: Decoder, labels: Labels, offset: f
     emitted it (``decode_tokens``), without a confidence.
 
     With ``nbest`` and a beam decoder (``decode_nbest``), the result holds the window's
-    ``nbest`` best hypotheses; a CTC decoder's best is then the text, found in one search."""
+    ``nbest`` best transcripts (:func:`candidates`, of the whole final beam); a CTC decoder's
+    best hypothesis is then the text, found in one search."""
     import numpy as np
 
     lengths = np.array([len(logits)])
-    hypotheses = None
+    hypotheses = best = None
     if nbest and hasattr(decoder, "decode_nbest"):
         found = decoder.decode_nbest(logits[np.newaxis] if decoder.reads == CTC_LOGITS
-                                     else inputs, lengths, labels, nbest)
-        hypotheses = candidates(found[0])
+                                     else inputs, lengths, labels)[0]
+        hypotheses = candidates(found, nbest)
+        best = found[0].text if found else ""
     if decoder.reads != CTC_LOGITS:
         decode_tokens = getattr(decoder, "decode_tokens", None)
         if decode_tokens is None:  # times unknown
@@ -735,10 +745,7 @@ def window_words(logits: np.ndarray, decoder: Decoder, labels: Labels, offset: f
                                               for label, frame in decoded[0]],
                                              None, labels, offset, frame_seconds),
                            getattr(decoded, "hit_length_limit", ()), hypotheses)
-    if hypotheses is not None:
-        text = hypotheses[0].text if hypotheses else ""
-    else:
-        text = decoder.decode(logits[np.newaxis], lengths, labels)[0]
+    text = best if best is not None else decoder.decode(logits[np.newaxis], lengths, labels)[0]
     log_probs = log_softmax(logits)
     tokens = text_tokens(logits, log_probs, text, labels)
     if tokens is None:
