@@ -12,8 +12,9 @@ its outputs are decoded by each decoder), and reports for each decoder and split
 - for comparison, the ECE at the temperature that instead minimises the negative
   log-likelihood of dev's frames' labels on the forced alignment of their references (a
   frame-level fit: what ``--calibrate`` does not do, and why);
-- the oracle WER of the beam decoder's N-best lists for N = 1, 5, 10: each utterance scored by
-  the hypothesis of its N best nearest to the reference. The room a rescoring of the lists has.
+- the oracle WER of the beam decoder's N-best lists for N = 1, 5, 10 (distinct transcripts, as
+  ``asrkit transcribe --nbest`` lists them): each utterance scored by the hypothesis of its N
+  best nearest to the reference. The room a rescoring of the lists has.
 
 Nothing is written into the run folder: the temperature is fitted in memory, as ``--calibrate``
 fits it.
@@ -52,6 +53,7 @@ from asrkit.evaluation.evaluate import load_split_model  # noqa: E402
 from asrkit.runs.calibration import confidence_report  # noqa: E402
 from asrkit.runs.run import load_run  # noqa: E402
 from asrkit.runs.scoring import decode_outputs  # noqa: E402
+from asrkit.serving.transcribe import candidates  # noqa: E402
 
 
 def oracle_wer(outputs: list, decoder, labels, counts: list[int]) -> dict[int, float]:
@@ -59,11 +61,13 @@ def oracle_wer(outputs: list, decoder, labels, counts: list[int]) -> dict[int, f
     errors = dict.fromkeys(counts, 0)
     words = 0
     for out in outputs:
-        lists = decoder.decode_nbest(out.logits, out.lengths, labels, max(counts))
-        for reference, found in zip(out.references, lists, strict=True):
+        for reference, found in zip(out.references,
+                                    decoder.decode_nbest(out.logits, out.lengths, labels),
+                                    strict=True):
             ref = reference.split()
             words += len(ref)
-            distances = [edit_distance(ref, h.text.split()) for h in found] or [len(ref)]
+            best = candidates(found, max(counts))  # distinct transcripts, as --nbest lists them
+            distances = [edit_distance(ref, c.text.split()) for c in best] or [len(ref)]
             for n in counts:
                 errors[n] += min(distances[:n])
     return {n: errors[n] / max(1, words) for n in counts}

@@ -201,6 +201,14 @@ def test_a_saved_calibration_is_used_by_transcribe_and_evaluate(cli, tiny_run, t
                              "--no-calibration"])).stdout)
     assert own == before
 
+    # Fitted at another checkpoint step: still used, and said.
+    (run / "calibration.json").write_text(json.dumps({**saved, "step": 5}))
+    stale = ok(cli(["transcribe", CLIP, "--model", run, "--json"]))
+    assert json.loads(stale.stdout)["temperature"] == saved["temperature"]
+    assert (f"asrkit: warning: the confidences' temperature ({saved['temperature']:.3g}) was "
+            f"fitted at step 5 and this is step 7: asrkit evaluate {run} --split dev "
+            "--calibrate fits it again") in stale.stderr
+
 
 def test_bad_input_is_one_line(cli, tiny_run, tmp_path, datasets, monkeypatch):
     def refused(args, message):
