@@ -1,8 +1,8 @@
 """asrkit's commands, one module each: ``train``, ``evaluate``, ``average``, ``transcribe``,
-``align``, ``export``, ``describe``, ``tokenizer``, ``unlock`` (registered here through the
-``register_commands`` hook from asrkit's own entry point, like any plugin's commands), and
-``plugins`` and ``import`` (the core of the command line, which :mod:`asrkit.cli` adds itself
-so that no plugin can replace them).
+``align``, ``segment``, ``export``, ``describe``, ``tokenizer``, ``unlock`` (registered here
+through the ``register_commands`` hook from asrkit's own entry point, like any plugin's
+commands), and ``plugins`` and ``import`` (the core of the command line, which
+:mod:`asrkit.cli` adds itself so that no plugin can replace them).
 
 Each module imports only click and cheap parts of asrkit: TensorFlow is loaded when a command
 runs, so ``asrkit --help`` stays fast.
@@ -18,6 +18,7 @@ from asrkit.commands.average import average_command
 from asrkit.commands.describe import describe_command
 from asrkit.commands.evaluate import evaluate_command
 from asrkit.commands.export import export_command
+from asrkit.commands.segment import segment_command
 from asrkit.commands.tokenizer import tokenizer_group
 from asrkit.commands.train import train_command
 from asrkit.commands.transcribe import transcribe_command
@@ -27,6 +28,6 @@ from asrkit.commands.unlock import unlock_command
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     for command in (train_command, evaluate_command, average_command, transcribe_command,
-                    align_command, export_command, describe_command, tokenizer_group,
-                    unlock_command):
+                    align_command, segment_command, export_command, describe_command,
+                    tokenizer_group, unlock_command):
         cli.add_command(command)

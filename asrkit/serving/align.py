@@ -153,22 +153,30 @@ class Alignment:
 # -- text ---------------------------------------------------------------------------------------
 
 
+def spelt_characters(labels: Labels) -> list[str]:
+    """The characters the labels spell, the space included."""
+    return sorted(set("".join(labels.body(i) for i in range(labels.size))) | {" "})
+
+
+def unspellable(missing: Sequence[str], labels: Labels) -> str:
+    """The message naming the characters of a transcript that the labels cannot spell."""
+    shown = ", ".join(repr(c) for c in missing[:10])
+    spelt = "".join(c for c in spelt_characters(labels) if c != " ")
+    return (f"{len(missing)} character(s) the model cannot spell: {shown} (it spells {spelt!r} "
+            "and the space); write them out (numbers as words) or remove them")
+
+
 def prepare_text(text: str, labels: Labels) -> tuple[str, list[int], str | None]:
     """The transcript as the model spells it: normalised text, its labels, and a warning naming
     what normalisation removed or replaced (``None`` when it only lower-cased and collapsed
     spaces). A one-line :class:`AlignmentError` names the characters the labels cannot spell."""
-    known = sorted(set("".join(labels.body(i) for i in range(labels.size))) | {" "})
-    normalised = normalize(text, known)
+    normalised = normalize(text, spelt_characters(labels))
     if not normalised:
         raise AlignmentError("the transcript is empty" + (
             f" once punctuation is dropped ({quote(text)})" if text.strip() else ""))
     missing = labels.missing(normalised)
     if missing:
-        shown = ", ".join(repr(c) for c in missing[:10])
-        spelt = "".join(c for c in known if c != " ")
-        raise AlignmentError(f"the transcript holds {len(missing)} character(s) the model cannot "
-                             f"spell: {shown} (it spells {spelt!r} and the space); "
-                             "write them out (numbers as words) or remove them")
+        raise AlignmentError(f"the transcript holds {unspellable(missing, labels)}")
     try:
         encoded = labels.encode(normalised)
     except LabelError as error:

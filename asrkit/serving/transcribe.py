@@ -995,7 +995,7 @@ def transcribe_files(files: Sequence[Path], recognizer: Recognizer, decoder: Dec
 
     bar = tqdm(total=len(files), unit="file", desc="transcribe", leave=False,
                disable=not options.progress or len(files) < 2)
-    windows = _WindowBar(options.progress and len(files) == 1)
+    windows = WindowBar(options.progress and len(files) == 1)
     for path in files:
         try:
             yield transcribe_file(path, recognizer, decoder, options.chunk_seconds,
@@ -1010,18 +1010,20 @@ def transcribe_files(files: Sequence[Path], recognizer: Recognizer, decoder: Dec
     bar.close()
 
 
-class _WindowBar:
-    """A progress bar of one long recording's windows, shown only when there are several."""
+class WindowBar:
+    """A progress bar of one long recording's windows, shown only when there are several
+    (``update`` is an ``on_window`` callback)."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, desc: str = "transcribe") -> None:
         self.enabled = enabled
+        self.desc = desc
         self.bar: tqdm | None = None
 
     def update(self, done: int, total: int) -> None:
         if self.bar is None and self.enabled and total > 2:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="window", desc="transcribe", leave=False)
+            self.bar = tqdm(total=total, unit="window", desc=self.desc, leave=False)
         if self.bar is not None:
             self.bar.update(done - self.bar.n)
 
