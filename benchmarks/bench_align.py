@@ -230,6 +230,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
+    from asrkit.core.viterbi import ctc_align
     from asrkit.serving.align import (
         Alignment,
         align_frames,
@@ -238,7 +239,6 @@ def main() -> None:
         recording_frames,
     )
     from asrkit.serving.transcribe import CheckpointRecognizer, samples_windows
-    from asrkit.serving.viterbi import ctc_align
 
     rng = random.Random(args.seed)
     texts = sentences(args.dataset)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from asrkit.core.text import Alphabet
+from asrkit.core.viterbi import STAR_SHARE, Token, ctc_align
 from asrkit.decoders.prefix import log_softmax
 from asrkit.serving.align import (
     AlignedWord,
@@ -29,7 +30,6 @@ from asrkit.serving.align import (
     prepare_text,
 )
 from asrkit.serving.alignment_formats import ctm, textgrid
-from asrkit.serving.viterbi import STAR_SHARE, Token, ctc_align
 from asrkit.testing.models import make_tiny_run
 from tests.test_transcribe import (
     LDC,

@@ -263,8 +263,8 @@ def test_a_scorer_needs_a_word_start_symbol():
 def test_word_times_on_subword_tokens():
     """A word starts at a piece with the marker: "▁the" is the word "the", "▁c" + "at" is "cat",
     and a bare "▁" only separates ("s" + "at" is "sat")."""
+    from asrkit.core.viterbi import Token
     from asrkit.serving.transcribe import words_from_tokens
-    from asrkit.serving.viterbi import Token
 
     pieces = [PIECES.symbols.index(s) for s in ("▁the", "▁c", "at", "▁", "s", "at")]
     tokens = [Token(label, 2 * i, 2 * i + 1) for i, label in enumerate(pieces)]

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from asrkit.core.text import Alphabet
+from asrkit.core.viterbi import Token, ctc_align, greedy_tokens
 from asrkit.decoders.prefix import log_softmax
 from asrkit.serving.transcribe import (
     Recognizer,
@@ -32,7 +33,6 @@ from asrkit.serving.transcribe import (
     stitch,
     transcribe_samples,
 )
-from asrkit.serving.viterbi import Token, ctc_align, greedy_tokens
 from asrkit.testing.models import make_tiny_run
 from asrkit.types import Decoder
 from tests.conftest import SPEECH

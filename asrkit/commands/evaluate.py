@@ -2,7 +2,8 @@
 against another run's (``--compare``, :mod:`asrkit.evaluation.compare`),
 every checkpoint of a training as it is written (``--watch``, :mod:`asrkit.evaluation.watch`), or a
 grid of decoder settings to choose them on dev (``--grid``,
-:mod:`asrkit.evaluation.decoder_search`)."""
+:mod:`asrkit.evaluation.decoder_search`), or the temperature of its word confidences
+(``--calibrate``, :mod:`asrkit.evaluation.calibration`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from asrkit.commands.options import FiniteFloat
 from asrkit.runs.run import CHECKPOINTS
 
 if TYPE_CHECKING:
+    from asrkit.evaluation.calibration import Calibrated
     from asrkit.evaluation.compare import Comparison
     from asrkit.evaluation.decoder_search import DecoderSearch
     from asrkit.runs.scoring import Evaluation
@@ -53,12 +55,19 @@ if TYPE_CHECKING:
               help="A streaming run: decode in chunks of this many milliseconds, as "
                    "`asrkit transcribe --stream` would (0: whole utterances) [default: the "
                    "run's].")
+@click.option("--calibrate", is_flag=True,
+              help="Fit the temperature of the word confidences on the split (dev: give "
+                   "--split dev) and save it in the run, for transcribe and evaluate to use.")
+@click.option("--no-calibration", is_flag=True,
+              help="Report the model's own word confidences, not the run's calibrated ones.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, checkpoint: str,
                      json_file: Path | None, settings: tuple[str, ...], watch: bool,
                      grid: tuple[str, ...], best_by: str, other: Path | None,
-                     chunk_ms: float | None, no_progress: bool) -> None:
-    """Corpus WER and CER of a trained run on a split, with best, median and worst samples."""
+                     chunk_ms: float | None, calibrate: bool, no_calibration: bool,
+                     no_progress: bool) -> None:
+    """Corpus WER and CER of a trained run on a split, with best, median and worst samples,
+    and the calibration error of its word confidences."""
     from asrkit.config.overrides import parse_decoder_choice
     from asrkit.core.errors import AsrkitError
     from asrkit.evaluation.evaluate import evaluate_run
@@ -73,6 +82,14 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
     if chunk_ms is not None and (watch or grid or other is not None):
         raise AsrkitError("--chunk-ms scores one run's checkpoint: not with --watch, --grid "
                           "or --compare")
+    if calibrate:
+        from asrkit.evaluation.calibration import calibrate_run
+
+        _check_calibrate(splits, watch or bool(grid) or other is not None, chunk_ms,
+                         no_calibration)
+        _show(calibrate_run(run, splits[0], choice, checkpoint, progress=not no_progress),
+              json_file)
+        return
     if watch:
         from asrkit.evaluation.watch import watch_run
 
@@ -91,7 +108,7 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
         _show(search, json_file)
         return
     evaluation = evaluate_run(run, split, choice, checkpoint, progress=not no_progress,
-                              chunk_ms=chunk_ms)
+                              chunk_ms=chunk_ms, calibrated=not no_calibration)
     if other is not None:
         from asrkit.evaluation.compare import compare
 
@@ -101,7 +118,21 @@ def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, ch
     _show(evaluation, json_file)
 
 
-def _show(result: Evaluation | DecoderSearch | Comparison, json_file: Path | None) -> None:
+def _check_calibrate(splits: tuple[str, ...], other_mode: bool, chunk_ms: float | None,
+                     no_calibration: bool) -> None:
+    """--calibrate fits on one held-out split the user names, with nothing else to do."""
+    from asrkit.core.errors import AsrkitError
+
+    if len(splits) != 1:
+        raise AsrkitError("--calibrate fits the temperature on one held-out split: give it, "
+                          "--split dev (never the split you report results on)")
+    if other_mode or chunk_ms is not None or no_calibration:
+        raise AsrkitError("--calibrate scores one run's checkpoint on one split: not with "
+                          "--watch, --grid, --compare, --chunk-ms or --no-calibration")
+
+
+def _show(result: Evaluation | DecoderSearch | Comparison | Calibrated,
+          json_file: Path | None) -> None:
     """Print ``result``'s text, and write its JSON to ``json_file`` (``-``: print only it)."""
     if json_file is not None and str(json_file) == "-":
         click.echo(json.dumps(result.to_json(), indent=2))

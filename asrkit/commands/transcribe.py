@@ -54,12 +54,20 @@ if TYPE_CHECKING:
 @click.option("--endpoint-seconds", type=FiniteFloat(min=0.1, max=30.0), default=0.8,
               show_default=True,
               help="With --stream: seconds without a new word that end an utterance.")
+@click.option("--nbest", type=click.IntRange(1, 1000), default=None, metavar="N",
+              help="Also the N best hypotheses of each piece (a beam decoder's), with scores "
+                   "and probabilities; numbered, or under \"nbest\" with --json. See "
+                   "docs/nbest-confidence.md.")
+@click.option("--no-calibration", is_flag=True,
+              help="The model's own word confidences, not those of the run's calibrated "
+                   "temperature (asrkit evaluate --calibrate).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | None,
                        checkpoint: str, as_json: bool, chunk_seconds: float,
                        overlap_seconds: float, settings: tuple[str, ...], stream: bool,
                        chunk_ms: float | None, realtime: bool, microphone: bool,
-                       endpoint_seconds: float, no_progress: bool) -> None:
+                       endpoint_seconds: float, nbest: int | None, no_calibration: bool,
+                       no_progress: bool) -> None:
     """Transcribe audio files, or every audio file under directories.
 
     Any format, sample rate and channel count sox reads (WAV, FLAC, MP3, Ogg, Opus, ...) is
@@ -74,6 +82,8 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     if stream or microphone or chunk_ms is not None or realtime:
         if not stream:
             raise AsrkitError("--chunk-ms, --realtime and --microphone go with --stream")
+        if nbest is not None:
+            raise AsrkitError("--nbest lists a recording's hypotheses: not with --stream")
         from asrkit.config.overrides import parse_decoder_choice
 
         _transcribe_stream(inputs, model, parse_decoder_choice(decoder, settings), checkpoint,
@@ -85,6 +95,7 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     from asrkit.serving.transcribe import (
         Options,
         audio_files,
+        check_nbest,
         check_window_seconds,
         load_recognizer,
         resolve_decoder,
@@ -96,11 +107,14 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     files = list(audio_files(inputs))
     if not files:
         raise AsrkitError("no audio files found in " + ", ".join(map(str, inputs)))
-    recognizer = load_recognizer(model, checkpoint)
+    recognizer = load_recognizer(model, checkpoint, calibrated=not no_calibration)
     chosen, warning = resolve_decoder(choice, recognizer)
-    if warning:
-        click.echo(f"asrkit: warning: {warning}", err=True)
-    options = Options(chunk_seconds, overlap_seconds, progress=not no_progress)
+    check_nbest(chosen, nbest or 0)
+    for line in (warning, recognizer.calibration_warning):
+        if line:
+            click.echo(f"asrkit: warning: {line}", err=True)
+    options = Options(chunk_seconds, overlap_seconds, progress=not no_progress,
+                      nbest=nbest or 0)
     reported = 0
     for transcript in transcribe_files(files, recognizer, chosen, options):
         reported = _report_failures(options, reported)
@@ -109,6 +123,9 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
             _echo(f"asrkit: warning: {cut}", err=True)
         if as_json:
             _echo(json.dumps(transcript.to_json()))
+        elif nbest:
+            _echo("\n".join(([f"{transcript.path}:"] if len(files) > 1 else [])
+                             + transcript.nbest_lines()))
         elif len(files) == 1:
             _echo(transcript.text)
         else:

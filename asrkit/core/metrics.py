@@ -7,6 +7,10 @@ rates (which would let short utterances weigh as much as long ones).
 Word errors are also split into substitutions, deletions and insertions (one minimal alignment,
 substitutions preferred where alignments tie): a decoder that stops early deletes words, one
 that loops inserts them, and the rate alone hides which (an attention decoder can do either).
+
+The same alignment says which hypothesis words are right (:func:`matched_words`): a word is
+correct when the alignment pairs it with an identical reference word, which is what a word's
+confidence is a probability of (:mod:`asrkit.core.confidence`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,15 @@ def edit_distance(reference: Sequence, hypothesis: Sequence) -> int:
     return previous[-1]
 
 
+def _cell_moves(ref: object, hyp: object, up: tuple[int, int, int], left: tuple[int, int, int],
+                diagonal: tuple[int, int, int]) -> list[tuple[int, int, int]]:
+    """A cell's candidates from the cell above (a deletion), to the left (an insertion) and
+    diagonally (a match or a substitution), as (distance, deletions + insertions, deletions):
+    the minimal tuple wins, and among equal ones the first."""
+    return [(up[0] + 1, up[1] + 1, up[2] + 1), (left[0] + 1, left[1] + 1, left[2]),
+            (diagonal[0] + (ref != hyp), diagonal[1], diagonal[2])]
+
+
 def edit_operations(reference: Sequence, hypothesis: Sequence) -> tuple[int, int, int]:
     """``(distance, deletions, insertions)`` of a minimal alignment of ``hypothesis`` to
     ``reference``; of the minimal alignments, one with the fewest deletions and insertions
@@ -38,13 +51,38 @@ def edit_operations(reference: Sequence, hypothesis: Sequence) -> tuple[int, int
     for i, ref in enumerate(reference, 1):
         current = [(i, i, i)]
         for j, hyp in enumerate(hypothesis, 1):
-            up, left, diagonal = previous[j], current[j - 1], previous[j - 1]
-            current.append(min((up[0] + 1, up[1] + 1, up[2] + 1),  # a deletion
-                               (left[0] + 1, left[1] + 1, left[2]),  # an insertion
-                               (diagonal[0] + (ref != hyp), diagonal[1], diagonal[2])))
+            current.append(min(_cell_moves(ref, hyp, previous[j], current[j - 1],
+                                           previous[j - 1])))
         previous = current
     distance, gaps, deletions = previous[-1]
     return distance, deletions, gaps - deletions
+
+
+def matched_words(reference: Sequence, hypothesis: Sequence) -> list[bool]:
+    """For each hypothesis word, whether the alignment of :func:`edit_operations` (minimal,
+    then the fewest deletions and insertions) pairs it with an identical reference word; a
+    substituted or inserted word is not matched."""
+    table = [[(j, j, 0) for j in range(len(hypothesis) + 1)]]
+    for i, ref in enumerate(reference, 1):
+        row = [(i, i, i)]
+        for j, hyp in enumerate(hypothesis, 1):
+            row.append(min(_cell_moves(ref, hyp, table[i - 1][j], row[j - 1],
+                                       table[i - 1][j - 1])))
+        table.append(row)
+    matched = [False] * len(hypothesis)
+    i, j = len(reference), len(hypothesis)
+    while i and j:
+        moves = _cell_moves(reference[i - 1], hypothesis[j - 1], table[i - 1][j], table[i][j - 1],
+                            table[i - 1][j - 1])
+        move = moves.index(table[i][j])
+        if move == 2:
+            matched[j - 1] = reference[i - 1] == hypothesis[j - 1]
+            i, j = i - 1, j - 1
+        elif move == 0:
+            i -= 1
+        else:
+            j -= 1
+    return matched
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,13 @@ def shard_paths(dataset: str | Path, split: str) -> list[Path]:
                   if is_shard_of(p.name, split))
 
 
+def shard_splits(dataset: str | Path) -> list[str]:
+    """The splits a dataset folder has shards of, sorted."""
+    found = (re.fullmatch(r"(.+)-\d+-of-\d+\.tfrecord", p.name)
+             for p in (Path(dataset) / SHARD_DIR).glob("*.tfrecord"))
+    return sorted({m.group(1) for m in found if m})
+
+
 def is_shard_of(name: str, split: str, partial: bool = False) -> bool:
     """Whether file ``name`` is a shard of ``split`` (with ``partial``, or one being written)."""
     tail = r"(\..*)?" if partial else ""

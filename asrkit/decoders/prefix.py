@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from asrkit.core.viterbi import log_softmax
 from asrkit.decoders.scoring import Hypothesis, WordScorer
 
 __all__ = ["PrefixBeamSearch", "log_softmax"]
@@ -54,13 +55,6 @@ __all__ = ["PrefixBeamSearch", "log_softmax"]
 # prefixes in one utterance share a hash with probability ~ prefixes**2 / 2**65: never in practice.
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 _ROOT = np.uint64(0x243F6A8885A308D3)
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Log-probabilities of unnormalised ``logits`` over the last axis, in float64."""
-    logits = np.asarray(logits, dtype=np.float64)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 class PrefixBeamSearch:

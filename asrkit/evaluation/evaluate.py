@@ -1,5 +1,7 @@
 """``asrkit evaluate``'s work: a saved run's checkpoint scored on a split
-(:mod:`asrkit.runs.scoring` does the scoring), with the decoder the run or the user chooses."""
+(:mod:`asrkit.runs.scoring` does the scoring), with the decoder the run or the user chooses, and
+the calibration of its word confidences at the run's temperature (:mod:`asrkit.runs.calibration`;
+``asrkit evaluate --calibrate`` fits it, :mod:`asrkit.evaluation.calibration`)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from asrkit.config.decoding import try_decoder
 from asrkit.config.overrides import DecoderChoice
+from asrkit.core.confidence import WordEvidence
+from asrkit.core.errors import AsrkitError
 from asrkit.dataset.shards import damaged_dataset_error
 from asrkit.evaluation.restore import restore_networks
 from asrkit.pipeline.batches import make_dataset
+from asrkit.runs.calibration import confidence_report, load_calibration, stale_warning
 from asrkit.runs.chunks import chunk_ms_of, with_chunk
 from asrkit.runs.run import Run, load_run
 from asrkit.runs.scoring import (
@@ -25,6 +30,7 @@ from asrkit.runs.scoring import (
     make_predict,
     model_outputs,
 )
+from asrkit.types import CTC_LOGITS
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -76,19 +82,36 @@ def load_split_model(run: Run, split: str, checkpoint: str = "best") -> SplitMod
 
 def evaluate_run(folder: str | Path, split: str = "test",
                  decoder: DecoderChoice | None = None, checkpoint: str = "best",
-                 progress: bool = True, chunk_ms: float | None = None) -> Evaluation:
+                 progress: bool = True, chunk_ms: float | None = None, *,
+                 calibrated: bool = True, evidence: WordEvidence | None = None) -> Evaluation:
     """Evaluate a saved run's checkpoint (``best``, else ``latest``) on ``split`` with the
     run's decoder, or the one ``decoder`` chooses; a streaming run in chunks of ``chunk_ms``
-    (:func:`asrkit.runs.chunks.with_chunk`; ``None``: its own)."""
+    (:func:`asrkit.runs.chunks.with_chunk`; ``None``: its own).
+
+    A CTC decoder's word confidences are measured at the run's calibrated temperature
+    (``calibrated=False``: the model's own), and added to ``evidence`` when it is given; a
+    decoder without word confidences is then refused."""
     # The decoder and the chunk first: a bad setting, or a file it needs and lacks, is said
     # before the model loads.
     run = with_chunk(load_run(folder), chunk_ms)
     chosen = run.choose_decoder(decoder or DecoderChoice())
     try_decoder(chosen, run.labels)
+    if evidence is not None and chosen.reads != CTC_LOGITS:
+        raise AsrkitError(f"word confidences come from CTC logits, and the {chosen.name} "
+                          f"decoder reads {chosen.reads}: only a CTC run's words are calibrated")
+    calibration = load_calibration(run.folder) if calibrated else None
+    temperature = 1.0 if calibration is None else calibration.temperature
+    words = WordEvidence(temperature) if evidence is None else evidence
     loaded = load_split_model(run, split, checkpoint)
-    evaluation = decode_outputs(loaded.outputs(), chosen, loaded.run.labels, split, progress)
+    evaluation = decode_outputs(loaded.outputs(), chosen, loaded.run.labels, split, progress,
+                                evidence=words)
     evaluation.checkpoint = loaded.checkpoint
     evaluation.chunk_ms = chunk_ms_of(run)
+    stale = stale_warning(calibration, loaded.checkpoint.get("step"), run.folder)
+    if stale:
+        print(f"asrkit: warning: {stale}", file=sys.stderr)
+    if chosen.reads == CTC_LOGITS:
+        evaluation.word_confidence = confidence_report(words, temperature, calibration)
     return evaluation
 
 

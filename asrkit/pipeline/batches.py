@@ -44,7 +44,7 @@ from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.labels import Labels
 from asrkit.core.text import Alphabet
-from asrkit.dataset.shards import feature_spec, parse, shard_paths
+from asrkit.dataset.shards import feature_spec, parse, shard_paths, shard_splits
 from asrkit.features import context_windows
 from asrkit.pipeline import augment
 from asrkit.types import FeatureConfig, FeatureExtractor
@@ -281,6 +281,9 @@ def make_dataset(
     extractor = resolve_extractor(extractor)
     feature_config = extractor.Config() if feature_config is None else feature_config
     files = [str(p) for p in shard_paths(dataset_dir, split)]
+    if not files and shard_splits(dataset_dir):
+        raise PipelineError(f"no shards of split {split!r} in {dataset_dir}: its splits are "
+                            + ", ".join(shard_splits(dataset_dir)))
     if not files:
         raise PipelineError(
             f"no shards of split {split!r} in {dataset_dir} (expected "

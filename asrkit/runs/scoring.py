@@ -4,7 +4,8 @@ dev evaluations of a training and ``asrkit evaluate`` share.
 The report lists corpus WER and CER (sums of edit distances over sums of reference lengths)
 with their bootstrap confidence intervals (:mod:`asrkit.core.bootstrap`), the mean loss (the
 run's training objective's: CTC's by default), and the best, median and worst utterances with
-reference and hypothesis, as the Deep Speech notebook and DeepSpeech's reports did.
+reference and hypothesis, as the Deep Speech notebook and DeepSpeech's reports did; and, for a
+CTC decoder, how well the words' confidences are calibrated (:mod:`asrkit.runs.calibration`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from asrkit.core.bootstrap import LEVEL, SAMPLES, SEED, Interval, rate_interval
+from asrkit.core.confidence import WordEvidence
 from asrkit.core.labels import Labels
-from asrkit.core.metrics import Score, score
+from asrkit.core.metrics import Score, matched_words, score
 from asrkit.core.settings import format_value, to_dict
+from asrkit.core.viterbi import log_softmax, text_tokens, word_tokens
 from asrkit.objectives.ctc import CTCObjective
-from asrkit.types import AcousticModel, Decoder, ModelSpec, Objective
+from asrkit.runs.calibration import ConfidenceReport
+from asrkit.types import CTC_LOGITS, AcousticModel, Decoder, ModelSpec, Objective
 
 if TYPE_CHECKING:
     import keras
@@ -79,6 +83,8 @@ class Evaluation:
     hit_length_limit: list[str] = field(default_factory=list)
     #: A streaming run's chunk in milliseconds (0: the whole utterance); None for the others.
     chunk_ms: float | None = None
+    #: How well the words' confidences are calibrated (a CTC decoder's; None: not measured).
+    word_confidence: ConfidenceReport | None = None
 
     @property
     def wer(self) -> float:
@@ -122,6 +128,8 @@ class Evaluation:
             "word_insertions": self.total.word_insertions,
             "char_errors": self.total.char_errors, "chars": self.total.chars,
             "hit_length_limit": self.hit_length_limit,
+            "word_confidence": (None if self.word_confidence is None
+                                else self.word_confidence.to_json()),
             "samples": {k: [row(u) for u in v] for k, v in self.samples().items()},
             "results": [row(u) for u in self.utterances],
         }
@@ -138,6 +146,8 @@ class Evaluation:
                  f"  word errors: {self.total.word_substitutions} substituted, "
                  f"{self.total.word_deletions} deleted, {self.total.word_insertions} inserted "
                  f"(of {self.total.words} words)"]
+        if self.word_confidence is not None:
+            lines.append(self.word_confidence.text())
         if self.hit_length_limit:
             lines.append(length_limit_line(self.hit_length_limit, self.decoder,
                                            self.decoder_settings))
@@ -224,8 +234,9 @@ def model_outputs(predict: Predict, batches: tf.data.Dataset) -> Iterator[BatchO
 
 
 def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Decoder, alphabet: Labels, split: str,
-                   progress: bool = True) -> Evaluation:
-    """Decode and score the model's outputs on every batch of a split."""
+                   progress: bool = True, evidence: WordEvidence | None = None) -> Evaluation:
+    """Decode and score the model's outputs on every batch of a split; with ``evidence``, a
+    CTC decoder's words are added to it (:func:`add_words`), to measure their confidences."""
     results = []
     cut: list[str] = []
     total = Score(0, 0, 0, 0)
@@ -233,8 +244,10 @@ def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Decoder, alphabet: 
     for out in outputs:
         hypotheses = decoder.decode(out.logits, out.lengths, alphabet)
         cut += [out.ids[row] for row in getattr(hypotheses, "hit_length_limit", ())]
-        for uid, ref, hyp, loss in zip(out.ids, out.references, hypotheses, out.losses,
-                                       strict=True):
+        for row, (uid, ref, hyp, loss) in enumerate(zip(out.ids, out.references, hypotheses,
+                                                        out.losses, strict=True)):
+            if evidence is not None and decoder.reads == CTC_LOGITS:
+                add_words(evidence, out.logits[row, :int(out.lengths[row])], ref, hyp, alphabet)
             s = score(ref, hyp)
             total = total + s
             results.append(UtteranceResult(uid, ref, hyp, float(loss), s.wer, s.cer,
@@ -247,6 +260,20 @@ def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Decoder, alphabet: 
     return Evaluation(split, decoder.name, sum(finite) / max(1, len(finite)), total, results,
                       decoder_settings=settings, decoder_changed=changed,
                       hit_length_limit=sorted(cut))
+
+
+def add_words(evidence: WordEvidence, logits: np.ndarray, reference: str, hypothesis: str,
+              labels: Labels) -> None:
+    """Add one utterance's hypothesis words to ``evidence``: placed on its CTC logits as
+    transcription places them (:func:`asrkit.core.viterbi.text_tokens`), each right when the WER
+    alignment pairs it with an identical reference word. A text that cannot be aligned adds
+    nothing (it does not happen with CTC decoders, whose texts are paths of the logits)."""
+    tokens = text_tokens(logits, log_softmax(logits), hypothesis, labels)
+    if tokens is None:
+        return
+    groups = word_tokens(tokens, labels)
+    words = ["".join(labels.body(t.label) for t in group) for group in groups]
+    evidence.add(logits, groups, matched_words(reference.split(), words))
 
 
 def evaluate_dataset(predict: Predict, batches: tf.data.Dataset, decoder: Decoder,

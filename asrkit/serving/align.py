@@ -10,7 +10,7 @@ Frames
     40 ms frames and 29 classes.
 
 Path
-    One Viterbi over all the frames (:func:`asrkit.serving.viterbi.ctc_align`) spells the whole
+    One Viterbi over all the frames (:func:`asrkit.core.viterbi.ctc_align`) spells the whole
     transcript, so no word is lost or doubled at a window's edge. Audio before the first word and
     after the last is free (its ``free_ends``: a wildcard that matches anything), so speech or
     noise the text leaves out there is not pulled onto the first or last words; between words,
@@ -24,7 +24,7 @@ Times and scores
     character is recognised, slightly before the sound dies away. A character's score is the
     model's probability of it, averaged over those frames; a word's is the geometric mean of its
     characters' scores (one unsure character makes the word unsure). These are transcription's
-    word confidences (:func:`asrkit.serving.viterbi.token_probability`), in [0, 1]: near 1
+    word confidences (:func:`asrkit.core.viterbi.token_probability`), in [0, 1]: near 1
     where the model hears the text, near 0 where it hears something else.
 
 Text
@@ -55,6 +55,7 @@ from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.labels import LabelError
 from asrkit.core.text import decode_text, normalize, quote
+from asrkit.core.viterbi import Token, ctc_align, geometric_mean, token_probability, word_tokens
 from asrkit.decoders.prefix import log_softmax
 from asrkit.plugins import one_line
 from asrkit.serving.transcribe import (
@@ -66,7 +67,6 @@ from asrkit.serving.transcribe import (
     read_windows,
     samples_windows,
 )
-from asrkit.serving.viterbi import Token, ctc_align, geometric_mean, token_probability, word_tokens
 
 if TYPE_CHECKING:
     import numpy as np

@@ -13,7 +13,7 @@ Frames
 
 Segmentation
     CTC segmentation as Kürzinger et al. describe it, on asrkit's own Viterbi
-    (:func:`asrkit.serving.viterbi.ctc_align`, memory growing with the square root of the
+    (:func:`asrkit.core.viterbi.ctc_align`, memory growing with the square root of the
     frames): the whole text, its utterances joined by a word boundary, is aligned in one pass
     over all the frames; audio before the text and after it is free (the Viterbi's wildcard),
     audio between utterances goes to the blank. Each utterance spans its first letter to its
@@ -72,6 +72,7 @@ from asrkit.core.files import sync_files, sync_to_disk, write_atomic, write_dura
 from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.labels import LabelError
 from asrkit.core.text import normalize
+from asrkit.core.viterbi import Token, ctc_align
 from asrkit.dataset.audio import wav_bytes
 from asrkit.dataset.folders import DEFAULT_MAX_SECONDS
 from asrkit.serving.align import (
@@ -88,7 +89,6 @@ from asrkit.serving.transcribe import (
     Recognizer,
     read_windows,
 )
-from asrkit.serving.viterbi import Token, ctc_align
 
 if TYPE_CHECKING:
     import numpy as np

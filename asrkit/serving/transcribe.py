@@ -51,6 +51,19 @@ Words, times and confidence
     A model with subword labels (SentencePiece pieces) is read the same way with pieces for
     characters: a piece that starts a word (``"▁the"``) begins it, so the word spans its pieces'
     frames and its confidence is the geometric mean over its pieces.
+
+    A run calibrated by ``asrkit evaluate --calibrate`` (``RUN/calibration.json``,
+    :mod:`asrkit.runs.calibration`) has its logits divided by the fitted temperature before
+    the softmax of the confidences (not of the alignment, which a temperature does not change).
+
+N-best
+    With ``nbest``, each window's beam decoder returns its ``nbest`` best distinct transcripts
+    with their scores (:class:`Candidate`): an N-best list is a window's, over the whole window (its
+    overlaps included), and its best hypothesis is the window's text before stitching. A
+    recording of one window (up to ``chunk_seconds`` plus an overlap) has one list, the
+    utterance's. A longer one has a list per window: hypotheses of neighbouring windows overlap,
+    and stitching chooses words, not hypotheses, so there is no N-best of a whole long recording
+    (its lists would multiply).
 """
 
 from __future__ import annotations
@@ -70,29 +83,31 @@ from asrkit import plugins
 from asrkit.config.decoding import choose_decoder
 from asrkit.config.objectives import check_decodes, require_ctc_outputs
 from asrkit.config.overrides import DecoderChoice
+from asrkit.core.confidence import nbest_probabilities
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
+from asrkit.core.viterbi import (
+    Token,
+    geometric_mean,
+    log_softmax,
+    text_tokens,
+    token_probability,
+    word_tokens,
+)
 from asrkit.dataset.audio import SOX_TYPES, AudioError, decode
 from asrkit.decoders.attention import ATTENTION_OUTPUTS, AttentionOutputs
-from asrkit.decoders.prefix import log_softmax
+from asrkit.decoders.scoring import Hypothesis
 from asrkit.evaluation.restore import restore_networks
 from asrkit.objectives.ctc import CTCObjective
 from asrkit.plugins import one_line
+from asrkit.runs.calibration import Calibration, load_calibration, stale_warning
 from asrkit.runs.chunks import with_chunk
 from asrkit.runs.run import load_run
 from asrkit.serving.audio_stream import AudioStream, measure_audio
 from asrkit.serving.export import ExportedModel, is_export
 from asrkit.serving.export_transducer import DECODER as TRANSDUCER_GREEDY
 from asrkit.serving.graph import make_logits_fn
-from asrkit.serving.viterbi import (
-    Token,
-    ctc_align,
-    geometric_mean,
-    greedy_tokens,
-    token_probability,
-    word_tokens,
-)
-from asrkit.types import CTC_LOGITS, Decoded, Decoder, Objective
+from asrkit.types import CTC_LOGITS, Decoder, Objective
 
 if TYPE_CHECKING:
     import numpy as np
@@ -152,6 +167,67 @@ class Word:
                 "confidence": confidence}
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """One hypothesis of a window's N-best list: its text, the decoder's total log score with
+    its acoustic and language-model parts (``None`` for a decoder without scores: greedy),
+    and its share of the list's probability (:func:`asrkit.core.confidence.
+    nbest_probabilities`)."""
+
+    text: str
+    score: float | None
+    acoustic: float | None
+    lm: float | None
+    probability: float
+
+    def to_json(self, rank: int) -> dict[str, object]:
+        def rounded(value: float | None) -> float | None:
+            return None if value is None else round(value, 4)
+
+        return {"rank": rank, "text": self.text, "score": rounded(self.score),
+                "acoustic": rounded(self.acoustic), "lm": rounded(self.lm),
+                "probability": round(self.probability, 4)}
+
+
+def candidates(hypotheses: Sequence[Hypothesis], count: int) -> list[Candidate]:
+    """The ``count`` best distinct transcripts of a decoder's hypotheses (best first), each with
+    its probability in the list. Spaces are collapsed, and a transcript that several label
+    sequences spell (``"a b"``, ``"a b "``: a CTC beam keeps both) is listed once, with the
+    best score, as the kenlm decoder lists its own."""
+    distinct: dict[str, Hypothesis] = {}
+    for h in hypotheses:
+        distinct.setdefault(" ".join(h.text.split()), h)
+        if len(distinct) == count:
+            break
+    shares = nbest_probabilities([h.score for h in distinct.values()])
+    return [Candidate(text, h.score, h.acoustic, h.lm, p)
+            for (text, h), p in zip(distinct.items(), shares, strict=True)]
+
+
+@dataclass(frozen=True)
+class WindowNBest:
+    """A window's N-best list; ``start``/``end``: the seconds of the recording it decoded."""
+
+    start: float
+    end: float
+    hypotheses: list[Candidate]
+
+    def to_json(self) -> dict[str, object]:
+        return {"start": round(self.start, 3), "end": round(self.end, 3),
+                "hypotheses": [c.to_json(rank) for rank, c in enumerate(self.hypotheses, 1)]}
+
+
+class WindowWords(list[Word]):
+    """One window's words, with what else its decoding gave: the utterances the decoder cut
+    at its length limit (:class:`asrkit.types.Decoded`) and, when asked, its N-best list."""
+
+    def __init__(self, words: Iterable[Word] = (), hit_length_limit: Iterable[int] = (),
+                 hypotheses: list[Candidate] | None = None) -> None:
+        super().__init__(words)
+        self.hit_length_limit = list(hit_length_limit)
+        self.hypotheses = hypotheses
+
+
 @dataclass
 class Transcript:
     """One recording's transcription."""
@@ -165,6 +241,11 @@ class Transcript:
     #: The windows (start and end, seconds) whose transcript the decoder cut at its length
     #: limit (:class:`asrkit.types.Decoded`): their words are incomplete or looping.
     cut_windows: list[tuple[float, float]] = field(default_factory=list)
+    #: Each window's N-best list, when one was asked for (``None``: not asked).
+    nbest: list[WindowNBest] | None = None
+    #: The temperature of the words' confidences, and the run's calibration it comes from.
+    temperature: float = 1.0
+    calibration: Calibration | None = None
 
     @property
     def text(self) -> str:
@@ -182,7 +263,22 @@ class Transcript:
                 "confidence": None if confidence is None else round(confidence, 4),
                 "model": self.model, "decoder": self.decoder, "windows": self.windows,
                 "cut_at_length_limit": [[round(a, 3), round(b, 3)] for a, b in self.cut_windows],
-                "words": [w.to_json() for w in self.words]}
+                "temperature": round(self.temperature, 4),
+                "calibration": None if self.calibration is None else self.calibration.to_json(),
+                "words": [w.to_json() for w in self.words],
+                **({} if self.nbest is None else {"nbest": [w.to_json() for w in self.nbest]})}
+
+    def nbest_lines(self) -> list[str]:
+        """The N-best lists as text: each hypothesis numbered, with its probability in the list
+        and its score; each window's under its seconds when there are several."""
+        lines = []
+        for window in self.nbest or []:
+            if len(self.nbest or []) > 1:
+                lines.append(f"[{window.start:.2f}-{window.end:.2f} s]")
+            for rank, c in enumerate(window.hypotheses, 1):
+                score = "" if c.score is None else f", score {c.score:.2f}"
+                lines.append(f"{rank}. {c.text}  (p {c.probability:.3f}{score})")
+        return lines
 
     def cut_warning(self) -> str | None:
         """One line when a window's transcript was cut at the decoder's length limit."""
@@ -223,6 +319,12 @@ class Recognizer(ABC):
     name: str = ""
     #: The run's training objective, whose outputs the decoder must read (``None``: CTC logits).
     objective: Objective | None = None
+    #: The logits are divided by this before the confidences' softmax, and the run's
+    #: calibration it comes from (``None``: the model's own confidences, temperature 1).
+    temperature: float = 1.0
+    calibration: Calibration | None = None
+    #: One line when the calibration was fitted at another checkpoint step.
+    calibration_warning: str | None = None
 
     @abstractmethod
     def logits(self, audio: np.ndarray) -> np.ndarray:
@@ -243,14 +345,15 @@ class Recognizer(ABC):
         """One line when this model's outputs are not CTC logits, which ``what`` reads."""
         require_ctc_outputs(self.objective or CTCObjective(), what)
 
-    def words(self, audio: np.ndarray, decoder: Decoder, offset: float) -> list[Word]:
+    def words(self, audio: np.ndarray, decoder: Decoder, offset: float,
+              nbest: int = 0) -> list[Word]:
         """One window's words, timed from ``offset`` seconds: the model's output of ``audio``
-        decoded by ``decoder`` (:func:`window_words`)."""
+        decoded by ``decoder`` (:func:`window_words`), with its ``nbest`` best hypotheses."""
         import numpy as np
 
         logits = self.logits(audio)
         return window_words(logits, decoder, self.labels, offset, self.frame_seconds,
-                            self.decoder_inputs(logits[np.newaxis]))
+                            self.decoder_inputs(logits[np.newaxis]), nbest, self.temperature)
 
 
 class CheckpointRecognizer(Recognizer):
@@ -258,11 +361,16 @@ class CheckpointRecognizer(Recognizer):
     yet), or from ``latest`` when asked."""
 
     def __init__(self, folder: str | Path, checkpoint: str = "best",
-                 chunk_ms: float | None = None) -> None:
+                 chunk_ms: float | None = None, calibrated: bool = True) -> None:
         import tensorflow as tf
 
         run = with_chunk(load_run(folder), chunk_ms)  # a streaming run at another chunk
+        self.calibration = load_calibration(run.folder) if calibrated else None
         model, self._head, state = restore_networks(run, checkpoint)
+        if self.calibration is not None:
+            self.temperature = self.calibration.temperature
+            self.calibration_warning = stale_warning(self.calibration,
+                                                     state.get("global_step"), run.folder)
         self.objective = run.objective
         self._objective_config = run.objective_config
         self.labels = run.labels
@@ -347,22 +455,25 @@ class ExportRecognizer(Recognizer):
             raise AsrkitError(f"{self._export.path} searches with max_symbols={wanted}, fixed "
                               "when it was exported: export the run again with another")
 
-    def words(self, audio: np.ndarray, decoder: Decoder, offset: float) -> list[Word]:
+    def words(self, audio: np.ndarray, decoder: Decoder, offset: float,
+              nbest: int = 0) -> list[Word]:
         if not self._export.is_transducer:
-            return super().words(audio, decoder, offset)
+            return super().words(audio, decoder, offset, nbest)
         labels, frames = self._export.transcribe_tokens(audio)
         tokens = [Token(int(label), int(frame), int(frame))
                   for label, frame in zip(labels, frames, strict=True)]
         return words_from_tokens(tokens, None, self.labels, offset, self.frame_seconds)
 
 
-def load_recognizer(path: str | Path, checkpoint: str = "best") -> Recognizer:
-    """A run folder's checkpoint or an export, whichever ``path`` is."""
+def load_recognizer(path: str | Path, checkpoint: str = "best",
+                    calibrated: bool = True) -> Recognizer:
+    """A run folder's checkpoint (its word confidences at its calibrated temperature, unless
+    ``calibrated`` is false) or an export, whichever ``path`` is."""
     path = Path(path)
     if is_export(path):
         return ExportRecognizer(path)
     if (path / "config.json").exists():
-        return CheckpointRecognizer(path, checkpoint)
+        return CheckpointRecognizer(path, checkpoint, calibrated=calibrated)
     raise AsrkitError(f"{path} is neither a run folder (config.json) nor an exported model "
                       "(asrkit export)")
 
@@ -380,6 +491,19 @@ def resolve_decoder(choice: DecoderChoice, recognizer: Recognizer) -> tuple[Deco
     decoder = choose_decoder(choice, default, config)
     recognizer.check_decoder(decoder)
     return decoder, warning
+
+
+def check_nbest(decoder: Decoder, count: int) -> None:
+    """One line when ``decoder`` cannot give ``count`` hypotheses: only beam decoders keep
+    several (``decode_nbest``); naming those that read what ``decoder`` reads."""
+    if count < 2 or hasattr(decoder, "decode_nbest"):
+        return
+    names = plugins.get_plugins().registry.names("decoder")
+    beams = sorted(n for n in names if hasattr(plugins.get("decoder", n), "decode_nbest")
+                   and plugins.get("decoder", n).reads == decoder.reads)
+    hint = f": --decoder {' or '.join(beams)}" if beams else ""
+    raise AsrkitError(f"--nbest {count} needs a beam decoder; the {decoder.name} decoder finds "
+                      f"one transcript{hint}")
 
 
 # -- windows ------------------------------------------------------------------------------------
@@ -586,39 +710,51 @@ def spread_words(text: str, start: float, end: float) -> list[Word]:
 
 
 def window_words(logits: np.ndarray, decoder: Decoder, labels: Labels, offset: float,
-                 frame_seconds: float, inputs: Any = None) -> list[Word]:
+                 frame_seconds: float, inputs: Any = None, nbest: int = 0,
+                 temperature: float = 1.0) -> WindowWords:
     """Decode one window's logits and place its words in time: on the greedy path's tokens when
     the decoder's text is the greedy one, else on the forced alignment of the text's labels
-    (``labels.encode``; for subword pieces one valid segmentation of it).
+    (``labels.encode``; for subword pieces one valid segmentation of it). The confidences are
+    read with the logits divided by ``temperature``.
 
     A decoder of another objective's outputs (a transducer's) reads ``inputs`` (the window's
     output as the recognizer hands it to decoders) and places each label at the frame it
-    emitted it (``decode_tokens``), without a confidence."""
+    emitted it (``decode_tokens``), without a confidence.
+
+    With ``nbest`` and a beam decoder (``decode_nbest``), the result holds the window's
+    ``nbest`` best transcripts (:func:`candidates`, of the whole final beam); a CTC decoder's
+    best hypothesis is then the text, found in one search."""
     import numpy as np
 
+    lengths = np.array([len(logits)])
+    hypotheses = best = None
+    if nbest and hasattr(decoder, "decode_nbest"):
+        found = decoder.decode_nbest(logits[np.newaxis] if decoder.reads == CTC_LOGITS
+                                     else inputs, lengths, labels)[0]
+        hypotheses = candidates(found, nbest)
+        best = found[0].text if found else ""
     if decoder.reads != CTC_LOGITS:
         decode_tokens = getattr(decoder, "decode_tokens", None)
         if decode_tokens is None:  # times unknown
-            texts = decoder.decode(inputs, np.array([len(logits)]), labels)
-            return Decoded(spread_words(texts[0], offset, offset + len(logits) * frame_seconds),
-                           getattr(texts, "hit_length_limit", ()))
-        decoded = decode_tokens(inputs, np.array([len(logits)]), labels)
-        return Decoded(words_from_tokens([Token(label, frame, frame)
-                                          for label, frame in decoded[0]],
-                                         None, labels, offset, frame_seconds),
-                       getattr(decoded, "hit_length_limit", ()))
+            texts = decoder.decode(inputs, lengths, labels)
+            return WindowWords(spread_words(texts[0], offset,
+                                            offset + len(logits) * frame_seconds),
+                               getattr(texts, "hit_length_limit", ()), hypotheses)
+        decoded = decode_tokens(inputs, lengths, labels)
+        return WindowWords(words_from_tokens([Token(label, frame, frame)
+                                              for label, frame in decoded[0]],
+                                             None, labels, offset, frame_seconds),
+                           getattr(decoded, "hit_length_limit", ()), hypotheses)
+    text = best if best is not None else decoder.decode(logits[np.newaxis], lengths, labels)[0]
     log_probs = log_softmax(logits)
-    greedy = greedy_tokens(logits, labels.blank)
-    text = decoder.decode(logits[np.newaxis], np.array([len(logits)]), labels)[0]
-    tokens: list[Token] | None = greedy
-    if text != labels.decode(t.label for t in greedy):
-        try:
-            tokens = ctc_align(log_probs, labels.encode(text), labels.blank)
-        except AsrkitError:  # a character the labels cannot spell
-            tokens = None
+    tokens = text_tokens(logits, log_probs, text, labels)
     if tokens is None:
-        return spread_words(text, offset, offset + len(logits) * frame_seconds)
-    return words_from_tokens(tokens, log_probs, labels, offset, frame_seconds)
+        return WindowWords(spread_words(text, offset, offset + len(logits) * frame_seconds),
+                           (), hypotheses)
+    if temperature != 1.0:  # the path is the same at any temperature; the confidences are not
+        log_probs = log_softmax(logits / temperature)
+    return WindowWords(words_from_tokens(tokens, log_probs, labels, offset, frame_seconds), (),
+                       hypotheses)
 
 
 # -- stitching ----------------------------------------------------------------------------------
@@ -716,25 +852,28 @@ def transcribe_samples(samples: np.ndarray, recognizer: Recognizer, decoder: Dec
                        chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
                        overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
                        on_window: Callable[[int, int], None] | None = None,
-                       path: str = "") -> Transcript:
-    """Transcribe 16 kHz mono samples (int16, or float in [-1, 1]) of any length.
+                       path: str = "", nbest: int = 0) -> Transcript:
+    """Transcribe 16 kHz mono samples (int16, or float in [-1, 1]) of any length; with
+    ``nbest``, each window's N-best list too.
 
     ``on_window(done, total)`` is called after each window (progress bars)."""
     check_window_seconds(chunk_seconds, overlap_seconds)
     recording = samples_windows(samples, chunk_seconds, overlap_seconds)
-    return _transcribe_windows(recording, recognizer, decoder, overlap_seconds, on_window, path)
+    return _transcribe_windows(recording, recognizer, decoder, overlap_seconds, on_window, path,
+                               nbest)
 
 
 def transcribe_file(path: Path, recognizer: Recognizer, decoder: Decoder,
                     chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
                     overlap_seconds: float = DEFAULT_OVERLAP_SECONDS,
-                    on_window: Callable[[int, int], None] | None = None) -> Transcript:
+                    on_window: Callable[[int, int], None] | None = None,
+                    nbest: int = 0) -> Transcript:
     """Transcribe a file of any format and length, holding one window of it at a time
     (:func:`read_windows`): the same transcript as :func:`transcribe_samples` of its decoded
     samples. Error messages do not repeat the path: the caller prefixes it."""
     with read_windows(path, chunk_seconds, overlap_seconds) as recording:
         return _transcribe_windows(recording, recognizer, decoder, overlap_seconds, on_window,
-                                   str(path))
+                                   str(path), nbest)
 
 
 def _is_regular_file(path: Path) -> bool:
@@ -754,24 +893,32 @@ def _is_regular_file(path: Path) -> bool:
 
 def _transcribe_windows(recording: Recording, recognizer: Recognizer, decoder: Decoder,
                         overlap_seconds: float, on_window: Callable[[int, int], None] | None,
-                        path: str) -> Transcript:
-    """Decode a recording's windows as they come, then stitch their words: only the words are
-    kept, never more than one window's samples."""
+                        path: str, nbest: int = 0) -> Transcript:
+    """Decode a recording's windows as they come, then stitch their words: only the words (and
+    the N-best lists) are kept, never more than one window's samples."""
     windows: list[Window] = []
     found: list[list[Word]] = []
     cut: list[tuple[float, float]] = []
+    lists: list[WindowNBest] = []
     for number, (window, piece) in enumerate(recording.pieces, 1):
         windows.append(window)
-        words = recognizer.words(as_float(piece), decoder, window.start / SAMPLE_RATE)
+        start, end = window.start / SAMPLE_RATE, window.end / SAMPLE_RATE
+        words = recognizer.words(as_float(piece), decoder, start, nbest)
         if getattr(words, "hit_length_limit", None):
-            cut.append((window.start / SAMPLE_RATE, window.end / SAMPLE_RATE))
+            cut.append((start, end))
+        if nbest:
+            hypotheses = getattr(words, "hypotheses", None)
+            if hypotheses is None:  # a decoder of one transcript, without scores
+                hypotheses = [Candidate(" ".join(w.word for w in words), None, None, None, 1.0)]
+            lists.append(WindowNBest(start, end, hypotheses))
         found.append(words)
         if on_window is not None:
             on_window(number, recording.count)
     duration = recording.total / SAMPLE_RATE
     words = [_clip(w, duration) for w in stitch(windows, found, overlap_seconds)]
     return Transcript(path, duration, words, len(windows), recognizer.name,
-                      getattr(decoder, "name", ""), cut)
+                      getattr(decoder, "name", ""), cut, lists if nbest else None,
+                      recognizer.temperature, recognizer.calibration)
 
 
 def as_float(samples: np.ndarray) -> np.ndarray:
@@ -834,6 +981,8 @@ class Options:
     chunk_seconds: float = DEFAULT_CHUNK_SECONDS
     overlap_seconds: float = DEFAULT_OVERLAP_SECONDS
     progress: bool = False
+    #: Hypotheses in each window's N-best list (0: none).
+    nbest: int = 0
     failures: list[Failure] = field(default_factory=list)
 
 
@@ -850,7 +999,7 @@ def transcribe_files(files: Sequence[Path], recognizer: Recognizer, decoder: Dec
     for path in files:
         try:
             yield transcribe_file(path, recognizer, decoder, options.chunk_seconds,
-                                  options.overlap_seconds, windows.update)
+                                  options.overlap_seconds, windows.update, options.nbest)
         except AsrkitError as error:
             options.failures.append(Failure(str(path), " ".join(str(error).split())))
         except Exception as error:  # one bad file must not end a directory's transcription

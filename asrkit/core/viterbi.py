@@ -1,7 +1,9 @@
 """CTC paths over a model's output frames: the greedy path, and the Viterbi forced alignment of a
 known text. Transcription times a decoder's words with them (:mod:`asrkit.serving.transcribe`),
-``asrkit align`` aligns a whole transcript with the second (:mod:`asrkit.serving.align`): one
-Viterbi serves both.
+``asrkit align`` aligns a whole transcript with the second (:mod:`asrkit.serving.align`), and
+``asrkit evaluate`` finds the words whose confidence it scores with them
+(:mod:`asrkit.runs.scoring`): one Viterbi serves all three, in the core because it is plain
+arithmetic on the frames' log-probabilities.
 
 Memory
     A Viterbi keeps a back-pointer per frame and state (a byte each), frames x states, where
@@ -24,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from asrkit.core.errors import AsrkitError
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -44,6 +48,15 @@ class Token:
     label: int
     first: int
     last: int
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Log-probabilities of unnormalised ``logits`` over the last axis, in float64."""
+    import numpy as np
+
+    logits = np.asarray(logits, dtype=np.float64)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def greedy_tokens(logits: np.ndarray, blank: int) -> list[Token]:
@@ -171,6 +184,22 @@ def ctc_align(log_probs: np.ndarray, labels: Sequence[int], blank: int,
             return None
         tokens.append(Token(int(label), int(where[0]), int(where[-1])))
     return tokens
+
+
+def text_tokens(logits: np.ndarray, log_probs: np.ndarray, text: str,
+                labels: Labels) -> list[Token] | None:
+    """The tokens of a decoder's ``text`` in one utterance's ``logits`` (``log_probs`` their
+    :func:`log_softmax`): the greedy path's when ``text`` is the greedy text, else the forced
+    alignment of the text's labels (``labels.encode``; for subword pieces one valid
+    segmentation of it). ``None`` when the text cannot be aligned (a character the labels
+    cannot spell, more labels than frames)."""
+    greedy = greedy_tokens(logits, labels.blank)
+    if text == labels.decode(t.label for t in greedy):
+        return greedy
+    try:
+        return ctc_align(log_probs, labels.encode(text), labels.blank)
+    except AsrkitError:  # a character the labels cannot spell
+        return None
 
 
 def word_tokens(tokens: Sequence[Token], labels: Labels) -> list[list[Token]]:
