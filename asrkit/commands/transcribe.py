@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from asrkit.commands.options import FiniteFloat
+from asrkit.commands.options import FiniteFloat, hotword_options
 from asrkit.core.errors import AsrkitError
 from asrkit.runs.run import CHECKPOINTS
 
@@ -54,12 +54,14 @@ if TYPE_CHECKING:
 @click.option("--endpoint-seconds", type=FiniteFloat(min=0.1, max=30.0), default=0.8,
               show_default=True,
               help="With --stream: seconds without a new word that end an utterance.")
+@hotword_options
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | None,
                        checkpoint: str, as_json: bool, chunk_seconds: float,
                        overlap_seconds: float, settings: tuple[str, ...], stream: bool,
                        chunk_ms: float | None, realtime: bool, microphone: bool,
-                       endpoint_seconds: float, no_progress: bool) -> None:
+                       endpoint_seconds: float, hotwords: tuple[str, ...],
+                       hotword_files: tuple[Path, ...], no_progress: bool) -> None:
     """Transcribe audio files, or every audio file under directories.
 
     Any format, sample rate and channel count sox reads (WAV, FLAC, MP3, Ogg, Opus, ...) is
@@ -71,17 +73,19 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     input, or --microphone): partial results while a sentence is heard, a final one at each
     pause; --json writes each as a JSON line.
     """
+    from asrkit.config.hotwords import parse_hotwords
+    from asrkit.config.overrides import parse_decoder_choice
+
+    # the one reading of --decoder, -o and the hot words
+    choice = parse_decoder_choice(decoder, settings, parse_hotwords(hotwords, hotword_files))
     if stream or microphone or chunk_ms is not None or realtime:
         if not stream:
             raise AsrkitError("--chunk-ms, --realtime and --microphone go with --stream")
-        from asrkit.config.overrides import parse_decoder_choice
-
-        _transcribe_stream(inputs, model, parse_decoder_choice(decoder, settings), checkpoint,
-                           as_json, chunk_ms, realtime, microphone, endpoint_seconds)
+        _transcribe_stream(inputs, model, choice, checkpoint, as_json, chunk_ms, realtime,
+                           microphone, endpoint_seconds)
         return
     if not inputs:
         raise AsrkitError("give the audio files (or directories) to transcribe")
-    from asrkit.config.overrides import parse_decoder_choice
     from asrkit.serving.transcribe import (
         Options,
         audio_files,
@@ -92,7 +96,6 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     )
 
     check_window_seconds(chunk_seconds, overlap_seconds)  # before any file is read or model loaded
-    choice = parse_decoder_choice(decoder, settings)  # the one reading of --decoder and -o
     files = list(audio_files(inputs))
     if not files:
         raise AsrkitError("no audio files found in " + ", ".join(map(str, inputs)))
