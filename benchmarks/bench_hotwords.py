@@ -54,9 +54,6 @@ from asrkit.runs.run import Run, load_run  # noqa: E402
 from asrkit.runs.scoring import BatchOutputs  # noqa: E402
 from asrkit.types import Decoder  # noqa: E402
 
-#: The LM decoder's weights when the run has no ``dev-lm-search.json`` (bench_learning --lm).
-LM_DEFAULTS: dict[str, Any] = {}
-
 
 def matched(reference: Sequence[str], hypothesis: Sequence[str]) -> set[int]:
     """The positions of ``reference`` that a minimal word alignment pairs with an equal word of
@@ -124,19 +121,13 @@ def decode(decoder: Decoder, outputs: Sequence[BatchOutputs], run: Run, what: st
     return texts
 
 
-def decoders(run: Run, lm: Path | None, beam_width: int) -> dict[str, Decoder]:
-    """The beam search, and the kenlm decoder with the LM weights chosen on dev when
-    bench_learning left them (``RUN/dev-lm-search.json``)."""
+def decoders(lm: Path | None, beam_width: int) -> dict[str, Decoder]:
+    """The beam search, and with ``lm`` the kenlm decoder at its default weights (as
+    bench_learning's "word 3-gram" rows)."""
     chosen = {"beam": plugins.get("decoder", "beam").with_config(beam_width=beam_width)}
     if lm is not None:
-        weights = dict(LM_DEFAULTS)
-        tuned = run.folder / "dev-lm-search.json"
-        if tuned.exists():
-            for option in json.loads(tuned.read_text())["best"]["options"]:
-                key, _, value = option.split(" ", 1)[1].partition("=")
-                weights[key.removeprefix("decoder.")] = float(value)
-        chosen["kenlm"] = plugins.get("decoder", "kenlm").with_config(
-            lm=str(lm), beam_width=beam_width, **weights)
+        chosen["kenlm"] = plugins.get("decoder", "kenlm").with_config(lm=str(lm),
+                                                                      beam_width=beam_width)
     return chosen
 
 
@@ -151,7 +142,7 @@ def main() -> None:
     parser.add_argument("--splits", default="test", help="Test sets, comma-separated.")
     parser.add_argument("--dev", default="dev", help="The split the --boosts sweep runs on.")
     parser.add_argument("--boosts", default="", help="Boosts a label to sweep on dev, "
-                        "comma-separated (beam search alone); none: no sweep.")
+                        "comma-separated (each decoder); none: no sweep.")
     parser.add_argument("--boost", type=float, default=None,
                         help="The boost a label on the test sets [default: the labels'].")
     parser.add_argument("--words", type=int, default=100, help="Rare words to boost a split.")
@@ -165,7 +156,7 @@ def main() -> None:
     run = load_run(args.run)
     train_counts = Counter(word for row in read_csv(run.dataset / "train.csv")
                            for word in row.transcript.split())
-    searches = decoders(run, args.lm, args.beam_width)
+    searches = decoders(args.lm, args.beam_width)
     report: dict[str, Any] = {"run": str(args.run), "beam_width": args.beam_width,
                               "max_train_count": args.max_train_count, "splits": {}}
 
@@ -196,7 +187,7 @@ def main() -> None:
 
     if args.boosts:
         sweep = [float(b) for b in args.boosts.split(",")]
-        report["dev_sweep"] = compare(args.dev, split_outputs(args.dev), ["beam"], sweep)
+        report["dev_sweep"] = compare(args.dev, split_outputs(args.dev), list(searches), sweep)
     report["boost"] = args.boost
     for split in args.splits.split(","):
         report["splits"][split] = compare(split, split_outputs(split), list(searches),

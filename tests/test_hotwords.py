@@ -70,7 +70,7 @@ def test_a_match_adds_its_boost_a_label_and_a_failed_one_takes_it_back():
 
 
 def test_overlapping_words_each_keep_their_own_boost():
-    graph = graph_of("he", "hello", "she")
+    graph = graph_of("he:1", "hello:1", "she:1")
     assert walk(graph, CHARS, "he")[1] == 2
     assert walk(graph, CHARS, "hello")[1] == 5  # "he" is no word of "hello"
     assert walk(graph, CHARS, "she")[1] == 3  # nor of "she"

@@ -25,9 +25,11 @@ from asrkit.core.errors import AsrkitError
 from asrkit.core.labels import LabelError, Labels
 from asrkit.core.text import normalize
 
-#: The default boost a label of a character run (natural log). A word of 6 letters gains 6 nats
-#: over its near-homophones; chosen on the benchmark's dev sentences (docs/benchmarks.md).
-CHARACTER_BOOST = 1.0
+#: The default boost a label of a character run (natural log): the largest of a sweep on the
+#: open-vocabulary benchmark's dev sentences at which the WER of the sentences without hot words
+#: did not rise, with and without a word language model (docs/benchmarks.md, "Hot words"). A
+#: subword piece is about three characters, so it agrees with icefall's choice for pieces.
+CHARACTER_BOOST = 0.6
 #: The default boost a subword piece: icefall's ``context_score`` (2.0), its choice for pieces.
 PIECE_BOOST = 2.0
 #: The largest boost a label accepts: beyond it a hot word wins whatever the audio says.
