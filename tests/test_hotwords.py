@@ -159,6 +159,19 @@ def test_the_ctc_prefix_search_prefers_the_hot_word_and_keeps_its_boost():
     assert boosted.decode(batch, None, CHARS) == ["cat is", "kat"]
 
 
+def test_the_search_boosts_words_spelt_in_pieces():
+    """"▁is" both ends the hot word "cat" (spelt "▁c" "at") and begins the next word."""
+    pieces = Pieces(["▁k", "▁c", "at", "▁is", "▁"])
+    script = [{"▁k": .55, "▁c": .45}, {"_": 1}, {"at": 1}, {"_": 1}, {"▁is": 1}]
+    logits = log_probs(script, pieces)
+    beam = BeamDecoder().with_config(beam_width=8)
+    assert beam.decode(logits, None, pieces) == ["kat is"]
+    best = with_words(beam, "cat").decode_nbest(logits, None, pieces, 1)[0][0]
+    assert (best.text, best.boost) == ("cat is", 2 * PIECE_BOOST)
+    phrase = with_words(beam, "cat is").decode_nbest(logits, None, pieces, 1)[0][0]
+    assert (phrase.text, phrase.boost) == ("cat is", 3 * PIECE_BOOST)
+
+
 def test_a_hot_word_the_audio_does_not_hold_is_not_inserted():
     beam = BeamDecoder().with_config(beam_width=8)
     logits = log_probs(SCRIPT)

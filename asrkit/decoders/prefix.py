@@ -30,6 +30,11 @@ Pruning (both configurable, both off when ``None``):
     After each frame that extends prefixes, drop those whose score is more than this below the
     best one (pyctcdecode's ``beam_prune_logp``).
 
+Hot words (:mod:`asrkit.decoders.context`) ride along the same way: each prefix's state in their
+context graph and the boost its labels added are ``[utterances, slots]`` arrays beside the
+beams; an extension adds ``boost[state, label]`` (one gather for all of them), candidates are
+ranked by probability times exp(that boost), and the final score takes back unfinished matches.
+
 Probabilities are kept as float64 *probabilities* (not logarithms: products and sums are cheaper
 than ``logaddexp``), rescaled every frame so that the best prefix is 1, with the log of the
 scale kept aside; a prefix more than ~700 nats below the best underflows to 0 and leaves the
