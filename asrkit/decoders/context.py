@@ -39,6 +39,11 @@ from asrkit.core.labels import Labels
 if TYPE_CHECKING:
     import numpy as np
 
+#: The graphs built lately, by label set and hot words: a decoder that searches batch by batch
+#: (the transducer's, the attention decoder's) builds its graph once.
+_BUILT: dict[tuple[object, ...], ContextGraph] = {}
+_KEEP = 8
+
 
 class ContextGraph:
     """The hot words' graph for one label set, as dense tables over its states and labels.
@@ -130,12 +135,21 @@ class ContextGraph:
         self.final: np.ndarray = end_boost - value[at_end]
         self.start = int(goto[0, end])
         self.states = count
+        for table in (self.next, self.boost, self.final):
+            table.setflags(write=False)  # shared by every search that builds it (build)
 
     @classmethod
     def build(cls, labels: Labels, hotwords: Hotwords) -> ContextGraph:
         """The graph of ``hotwords`` spelt with ``labels`` (a one-line error for a character
-        they cannot spell)."""
-        size = labels.size
-        return cls(hotwords.spell(labels), size,
-                   [labels.starts_word(label) for label in range(size)],
-                   [bool(labels.body(label)) for label in range(size)])
+        they cannot spell); built once for the last few label sets and hot words asked for."""
+        key = (type(labels), tuple(labels.symbols), labels.word_marker, hotwords)
+        graph = _BUILT.get(key)
+        if graph is None:
+            size = labels.size
+            graph = cls(hotwords.spell(labels), size,
+                        [labels.starts_word(label) for label in range(size)],
+                        [bool(labels.body(label)) for label in range(size)])
+            if len(_BUILT) >= _KEEP:
+                _BUILT.clear()
+            _BUILT[key] = graph
+        return graph
