@@ -94,6 +94,11 @@ from asrkit.objectives.attention import AttentionObjective
 from asrkit.decoders.beam import BeamConfig, BeamDecoder, BeamSearchDecoder
 from asrkit.decoders.scoring import Hypothesis, WordScorer
 
+# isort: split
+# -- Hot words: what a beam search boosts, and their context graph -----------------------------
+from asrkit.config.hotwords import Hotword, Hotwords, parse_hotwords
+from asrkit.decoders.context import ContextGraph
+
 if TYPE_CHECKING:
     from asrkit.dataset.manifest import Row, read_csv
     from asrkit.dataset.shards import ShardRecord, read_records, shard_paths
@@ -120,11 +125,14 @@ __all__ = [
     "BeamDecoder",
     "BeamSearchDecoder",
     "CTCObjective",
+    "ContextGraph",
     "Decoded",
     "Decoder",
     "FeatureConfig",
     "FeatureExtractor",
     "Framing",
+    "Hotword",
+    "Hotwords",
     "Hypothesis",
     "Importer",
     "LabelError",
@@ -159,6 +167,7 @@ __all__ = [
     "load_dataset_json",
     "log_softmax",
     "normalize",
+    "parse_hotwords",
     "parse_value",
     "quote",
     "read_csv",

@@ -297,6 +297,10 @@ class Decoder(ABC):
       ``labels`` are the run's :class:`asrkit.core.labels.Labels` (characters or subword pieces).
       A decoder with a length limit returns a :class:`Decoded` list naming the utterances it
       cut.
+    - ``takes_hotwords`` and ``with_hotwords(hotwords)``: a decoder that can favour hot words
+      (the beam searches) says so; ``with_hotwords`` gives a new decoder that boosts them
+      (:class:`asrkit.config.hotwords.Hotwords`, read by ``decoder.hotwords``), and
+      ``with_config`` keeps them.
 
     The defaults here serve a decoder whose ``__init__`` takes only ``config``: it stores it
     (``None``: the defaults). A decoder with another ``__init__`` overrides ``with_config``.
@@ -311,6 +315,9 @@ class Decoder(ABC):
     #: networks). A decoder decodes the runs of every objective whose outputs it reads, the
     #: bundled ones and a plugin's alike (a transducer decoder with a language model).
     reads: ClassVar[str] = CTC_LOGITS
+    #: Whether :meth:`with_hotwords` is allowed: the decoder boosts hot words in its search
+    #: (``--hotword`` on the command line; :mod:`asrkit.decoders.context`).
+    takes_hotwords: ClassVar[bool] = False
 
     def __init__(self, config: Any = None) -> None:
         self.config = self.Config() if config is None else config
@@ -345,7 +352,26 @@ class Decoder(ABC):
             )
         changed = dataclasses.replace(base, **changes)
         validate(changed)
-        return type(self)(changed)
+        decoder = type(self)(changed)
+        if self.hotwords is not None:
+            decoder.__dict__["_hotwords"] = self.hotwords
+        return decoder
+
+    @property
+    def hotwords(self) -> Any:
+        """The hot words this decoder boosts (an :class:`asrkit.config.hotwords.Hotwords`);
+        ``None``: none."""
+        return self.__dict__.get("_hotwords")
+
+    def with_hotwords(self, hotwords: Any) -> Decoder:
+        """A new decoder with these settings that boosts ``hotwords`` (``None``: none); a
+        decoder whose ``takes_hotwords`` is false refuses them in one line."""
+        if hotwords is not None and not self.takes_hotwords:
+            raise AsrkitError(f"the {self.name} decoder does not boost hot words: choose a "
+                              "beam search decoder")
+        decoder = self.with_config()
+        decoder.__dict__["_hotwords"] = hotwords
+        return decoder
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r})"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from asrkit.commands.options import FiniteFloat
+from asrkit.commands.options import FiniteFloat, hotword_options
 from asrkit.runs.run import CHECKPOINTS
 
 if TYPE_CHECKING:
@@ -60,19 +60,23 @@ if TYPE_CHECKING:
                    "--split dev) and save it in the run, for transcribe and evaluate to use.")
 @click.option("--no-calibration", is_flag=True,
               help="Report the model's own word confidences, not the run's calibrated ones.")
+@hotword_options
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def evaluate_command(run: Path, splits: tuple[str, ...], decoder: str | None, checkpoint: str,
                      json_file: Path | None, settings: tuple[str, ...], watch: bool,
                      grid: tuple[str, ...], best_by: str, other: Path | None,
                      chunk_ms: float | None, calibrate: bool, no_calibration: bool,
+                     hotwords: tuple[str, ...], hotword_files: tuple[Path, ...],
                      no_progress: bool) -> None:
     """Corpus WER and CER of a trained run on a split, with best, median and worst samples,
     and the calibration error of its word confidences."""
+    from asrkit.config.hotwords import parse_hotwords
     from asrkit.config.overrides import parse_decoder_choice
     from asrkit.core.errors import AsrkitError
     from asrkit.evaluation.evaluate import evaluate_run
 
-    choice = parse_decoder_choice(decoder, settings)  # the one reading of --decoder and -o
+    # the one reading of --decoder, -o and the hot words
+    choice = parse_decoder_choice(decoder, settings, parse_hotwords(hotwords, hotword_files))
     if watch and grid:
         raise AsrkitError("--watch scores checkpoints with one decoder; --grid searches "
                           "decoder settings on one checkpoint: give one of them")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from asrkit.commands.options import FiniteFloat
+from asrkit.commands.options import FiniteFloat, hotword_options
 from asrkit.core.errors import AsrkitError
 from asrkit.runs.run import CHECKPOINTS
 
@@ -61,12 +61,14 @@ if TYPE_CHECKING:
 @click.option("--no-calibration", is_flag=True,
               help="The model's own word confidences, not those of the run's calibrated "
                    "temperature (asrkit evaluate --calibrate).")
+@hotword_options
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | None,
                        checkpoint: str, as_json: bool, chunk_seconds: float,
                        overlap_seconds: float, settings: tuple[str, ...], stream: bool,
                        chunk_ms: float | None, realtime: bool, microphone: bool,
                        endpoint_seconds: float, nbest: int | None, no_calibration: bool,
+                       hotwords: tuple[str, ...], hotword_files: tuple[Path, ...],
                        no_progress: bool) -> None:
     """Transcribe audio files, or every audio file under directories.
 
@@ -79,19 +81,21 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     input, or --microphone): partial results while a sentence is heard, a final one at each
     pause; --json writes each as a JSON line.
     """
+    from asrkit.config.hotwords import parse_hotwords
+    from asrkit.config.overrides import parse_decoder_choice
+
+    # the one reading of --decoder, -o and the hot words
+    choice = parse_decoder_choice(decoder, settings, parse_hotwords(hotwords, hotword_files))
     if stream or microphone or chunk_ms is not None or realtime:
         if not stream:
             raise AsrkitError("--chunk-ms, --realtime and --microphone go with --stream")
         if nbest is not None:
             raise AsrkitError("--nbest lists a recording's hypotheses: not with --stream")
-        from asrkit.config.overrides import parse_decoder_choice
-
-        _transcribe_stream(inputs, model, parse_decoder_choice(decoder, settings), checkpoint,
-                           as_json, chunk_ms, realtime, microphone, endpoint_seconds)
+        _transcribe_stream(inputs, model, choice, checkpoint, as_json, chunk_ms, realtime,
+                           microphone, endpoint_seconds)
         return
     if not inputs:
         raise AsrkitError("give the audio files (or directories) to transcribe")
-    from asrkit.config.overrides import parse_decoder_choice
     from asrkit.serving.transcribe import (
         Options,
         audio_files,
@@ -103,7 +107,6 @@ def transcribe_command(inputs: tuple[Path, ...], model: Path, decoder: str | Non
     )
 
     check_window_seconds(chunk_seconds, overlap_seconds)  # before any file is read or model loaded
-    choice = parse_decoder_choice(decoder, settings)  # the one reading of --decoder and -o
     files = list(audio_files(inputs))
     if not files:
         raise AsrkitError("no audio files found in " + ", ".join(map(str, inputs)))

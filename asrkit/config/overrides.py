@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from asrkit.config.hotwords import Hotwords
 from asrkit.core.errors import AsrkitError
 
 #: The sections of a run's configuration, as ``-o SECTION.KEY=VALUE`` names them.
@@ -98,17 +99,21 @@ def _setting(key: str, value: Any, pair: str) -> Setting:
 @dataclass(frozen=True)
 class DecoderChoice:
     """Which decoder a decoding command uses and what it changes in its settings: ``name`` from
-    ``--decoder NAME`` or ``-o decoder=NAME`` (``None``: the run's or the model's own), and
-    ``settings`` from ``-o decoder.KEY=VALUE``."""
+    ``--decoder NAME`` or ``-o decoder=NAME`` (``None``: the run's or the model's own),
+    ``settings`` from ``-o decoder.KEY=VALUE``, and the ``hotwords`` it boosts (``--hotword``,
+    ``--hotwords``; ``None``: none)."""
 
     name: str | None = None
     settings: tuple[tuple[str, str], ...] = ()
+    hotwords: Hotwords | None = None
 
 
-def parse_decoder_choice(option: str | None, pairs: Iterable[str]) -> DecoderChoice:
+def parse_decoder_choice(option: str | None, pairs: Iterable[str],
+                         hotwords: Hotwords | None = None) -> DecoderChoice:
     """``--decoder`` (``option``) and the ``-o`` of a command that only decodes:
     ``decoder=NAME`` chooses (it must agree with ``--decoder``), ``decoder.KEY=VALUE`` (or just
-    ``KEY=VALUE``) sets one of its settings; another section is a one-line error."""
+    ``KEY=VALUE``) sets one of its settings; another section is a one-line error. ``hotwords``
+    (:func:`asrkit.config.hotwords.parse_hotwords`) go with the choice."""
     name, settings = option, []
     for pair in pairs:
         key, value = split_pair(pair, "decoder=NAME or decoder.KEY=VALUE")
@@ -122,4 +127,4 @@ def parse_decoder_choice(option: str | None, pairs: Iterable[str]) -> DecoderCho
             raise AsrkitError(f"-o {pair}: only the decoder's settings can be given here "
                               "(decoder=NAME, decoder.KEY=VALUE)")
         settings.append((key.removeprefix(DECODER_PREFIX), value))
-    return DecoderChoice(name, tuple(settings))
+    return DecoderChoice(name, tuple(settings), hotwords)

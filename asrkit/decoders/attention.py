@@ -14,7 +14,8 @@ head through :class:`AttentionNetworks`, a protocol any attention objective's he
   batch in one ``decode_step`` call a step, scored by the decoder and the CTC prefix score
   (:mod:`asrkit.core.ctc_prefix`), with a word language model fused in through the prefix
   search's :class:`~asrkit.decoders.scoring.WordScorer` as the transducer's beam search fuses
-  one (:meth:`AttentionBeamDecoder.make_scorer`).
+  one (:meth:`AttentionBeamDecoder.make_scorer`), and hot words boosted through their context
+  graph (:mod:`asrkit.decoders.context`; the end symbol ends the last word).
 
 Both stop a hypothesis at ``max_length_ratio`` labels an encoder frame, and say which
 utterances' transcripts that cut (:class:`Decoded`'s ``hit_length_limit``). Both give each
@@ -33,6 +34,7 @@ from asrkit import hookimpl
 from asrkit.core.ctc_prefix import LOG_ZERO, CTCPrefixScorer, PrefixStates
 from asrkit.core.errors import AsrkitError
 from asrkit.core.settings import setting, validate
+from asrkit.decoders.context import ContextGraph
 from asrkit.decoders.scoring import Hypothesis, WordScorer
 from asrkit.decoders.transducer import (
     Token,
@@ -344,10 +346,12 @@ class _Ended:
     acoustic: float
     lm: float
     cut: bool
+    #: What the hot words it completed add (:mod:`asrkit.decoders.context`).
+    boost: float = 0.0
 
     @property
     def score(self) -> float:
-        return self.acoustic + self.lm
+        return self.acoustic + self.lm + self.boost
 
 
 @dataclass
@@ -360,11 +364,14 @@ class _Running:
     state: np.ndarray  # [n, state_size] the attention decoder's state
     ctc: PrefixStates | None  # their CTC prefix states (with a CTC weight)
     words: list[_Words] | None  # their language-model states (with a word scorer)
+    context: np.ndarray  # [n] their states in the hot words' graph (0 without hot words)
+    boost: np.ndarray  # [n] what their labels added there
 
     def take(self, index: np.ndarray) -> _Running:
         return _Running(self.rows[index], self.tokens[index], self.attention[index],
                         self.state[index], None if self.ctc is None else self.ctc.take(index),
-                        None if self.words is None else [self.words[i] for i in index])
+                        None if self.words is None else [self.words[i] for i in index],
+                        self.context[index], self.boost[index])
 
 
 class AttentionBeamDecoder(AttentionDecoder):
@@ -390,6 +397,7 @@ class AttentionBeamDecoder(AttentionDecoder):
     description = ("Attention decoder, joint CTC/attention beam search (ESPnet's one-pass "
                    "search; settings: beam_width, ctc_weight, ...).")
     Config = AttentionBeamConfig
+    takes_hotwords = True
 
     def make_scorer(self, labels: Labels) -> WordScorer | None:
         """The word scorer (language model) fused into the search, scoring a word when the
@@ -409,7 +417,8 @@ class AttentionBeamDecoder(AttentionDecoder):
         first; ``hit_length_limit`` names the utterances whose best one was cut."""
         _, found = self._search(outputs, lengths, labels)
         count = self.config.beam_width if count is None else count
-        return Decoded([[Hypothesis(labels.decode(h.tokens), self._rank(h), h.acoustic, h.lm)
+        return Decoded([[Hypothesis(labels.decode(h.tokens), self._rank(h), h.acoustic, h.lm,
+                                    h.boost)
                          for h in hyps[:count]] for hyps in found],
                        [row for row, hyps in enumerate(found) if hyps[0].cut])
 
@@ -468,6 +477,8 @@ class _Search:
                       if self.scorer is not None and self.scorer.vocabulary is not None
                       else None)
         self.penalties: dict[str, np.ndarray] = {}  # unfinished word -> after each label
+        self.graph = (ContextGraph.build(labels, decoder.hotwords) if decoder.hotwords
+                      else None)
         #: Per utterance, the best score of the hypotheses ended at each length.
         self.best_by_length: list[dict[int, float]] = [{} for _ in range(batch.size)]
 
@@ -481,7 +492,9 @@ class _Search:
             batch.initial_state() if config.ctc_weight < 1 else np.zeros((batch.size, 0)),
             None if batch.ctc is None else batch.ctc.initial(rows),
             None if self.scorer is None else [_Words(lm_state=self.scorer.start())
-                                              for _ in rows])
+                                              for _ in rows],
+            np.full(batch.size, self.graph.start if self.graph is not None else 0),
+            np.zeros(batch.size))
         step = 0
         while len(running.rows):
             running = self._step(running, step)
@@ -533,6 +546,9 @@ class _Search:
         words = running.words
         if words is not None:  # the words' scores so far, the partial-word penalty after
             scores = scores + self._penalties(words, candidates)
+        boosts = self._boosts(running, candidates)
+        if boosts is not None:
+            scores = scores + boosts
         scores = np.where(allowed, scores, -np.inf)
         # Each hypothesis' beam best, with the words they finish scored ...
         width = min(beam, candidates.shape[1])
@@ -557,20 +573,38 @@ class _Search:
             parent = parents[index]
             row = int(running.rows[parent])
             lm = children[order[index]].lm if children is not None else 0.0
+            boost = float(boosts[parent, chosen[index]]) if boosts is not None else 0.0
             hyp = _Ended(tuple(int(t) for t in running.tokens[parent]),
-                         float(totals[order[index]]) - lm, lm, bool(forced[parent]))
+                         float(totals[order[index]]) - lm - boost, lm, bool(forced[parent]),
+                         boost)
             self.ended[row].append(hyp)
             known = self.best_by_length[row]
             known[step] = max(known.get(step, -np.inf), hyp.score)
         going = ~finishing
         parents, chosen, labels = parents[going], chosen[going], labels[going]
+        context = running.context[parents]
         following = _Running(
             running.rows[parents],
             np.concatenate([running.tokens[parents], labels[:, None]], axis=1),
             attention[parents, chosen], state[parents],
             None if extensions is None else extensions.take(parents, chosen),
-            None if children is None else [children[i] for i in order[going]])
+            None if children is None else [children[i] for i in order[going]],
+            context if self.graph is None else self.graph.next[context, labels],
+            running.boost[parents] if boosts is None else boosts[parents, chosen])
         return following.take(np.flatnonzero(~self._stopped(following.rows, step)))
+
+    def _boosts(self, running: _Running, candidates: np.ndarray) -> np.ndarray | None:
+        """Each candidate's hot-word score: its parent's and what its label adds (the end
+        symbol: the completed hot words kept, a partial match taken back); ``None`` without
+        hot words."""
+        import numpy as np
+
+        graph = self.graph
+        if graph is None:
+            return None
+        context = running.context[:, None]
+        return running.boost[:, None] + np.where(candidates == self.eos, graph.final[context],
+                                                 graph.boost[context, candidates])
 
     def _penalties(self, words: list[_Words], candidates: np.ndarray) -> np.ndarray:
         """Each candidate's language-model score before the word it may finish: its parent's

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from asrkit import hookimpl
 from asrkit.core.errors import AsrkitError
 from asrkit.core.settings import setting, validate
+from asrkit.decoders.context import ContextGraph
 from asrkit.decoders.scoring import Hypothesis, WordScorer
 from asrkit.types import Decoder
 
@@ -72,6 +73,7 @@ class BeamSearchDecoder(Decoder):
     """
 
     Config: ClassVar[type] = BeamConfig
+    takes_hotwords = True
     #: Hypotheses read out beyond the ``n`` asked for, for :meth:`finish` to merge or drop.
     spare_hypotheses: ClassVar[int] = 0
 
@@ -86,9 +88,9 @@ class BeamSearchDecoder(Decoder):
 
     def make_search(self, labels: Labels) -> PrefixBeamSearch:
         """The search for ``labels`` (an :class:`~asrkit.core.labels.Labels`: characters or
-        subword pieces) with this decoder's settings and scorer. The scorer's words are found
-        at the labels' word marker: the space among characters, ``"▁"`` pieces among
-        SentencePiece pieces."""
+        subword pieces) with this decoder's settings, scorer and hot words (their context graph,
+        :mod:`asrkit.decoders.context`). The scorer's words are found at the labels' word
+        marker: the space among characters, ``"▁"`` pieces among SentencePiece pieces."""
         from asrkit.decoders.prefix import PrefixBeamSearch
 
         marker = getattr(labels, "word_marker", " ")
@@ -105,6 +107,7 @@ class BeamSearchDecoder(Decoder):
             scorer=scorer,
             word_marker=marker,
             decode=getattr(labels, "decode", None),
+            context=ContextGraph.build(labels, self.hotwords) if self.hotwords else None,
         )
 
     def search_for(self, labels: Labels) -> PrefixBeamSearch:

@@ -30,6 +30,11 @@ Pruning (both configurable, both off when ``None``):
     After each frame that extends prefixes, drop those whose score is more than this below the
     best one (pyctcdecode's ``beam_prune_logp``).
 
+Hot words (:mod:`asrkit.decoders.context`) ride along the same way: each prefix's state in their
+context graph and the boost its labels added are ``[utterances, slots]`` arrays beside the
+beams; an extension adds ``boost[state, label]`` (one gather for all of them), candidates are
+ranked by probability times exp(that boost), and the final score takes back unfinished matches.
+
 Probabilities are kept as float64 *probabilities* (not logarithms: products and sums are cheaper
 than ``logaddexp``), rescaled every frame so that the best prefix is 1, with the log of the
 scale kept aside; a prefix more than ~700 nats below the best underflows to 0 and leaves the
@@ -47,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from asrkit.core.viterbi import log_softmax
+from asrkit.decoders.context import ContextGraph
 from asrkit.decoders.scoring import Hypothesis, WordScorer
 
 __all__ = ["PrefixBeamSearch", "log_softmax"]
@@ -74,6 +80,10 @@ class PrefixBeamSearch:
     judges the unfinished word's text however it is spelt: a piece walks the vocabulary's
     character trie one character of its body at a time (:class:`_PieceVocabulary`; characters
     use one table lookup a label, :class:`_Vocabulary`).
+
+    With a ``context`` graph (hot words, :mod:`asrkit.decoders.context`) every prefix carries
+    its graph state and the hot-word score its labels added; candidates are ranked with it, and
+    a final hypothesis keeps the boosts of the hot words it completed (``Hypothesis.boost``).
     """
 
     def __init__(
@@ -85,6 +95,7 @@ class PrefixBeamSearch:
         scorer: WordScorer | None = None,
         word_marker: str = " ",
         decode: Callable[[list[int]], str] | None = None,
+        context: ContextGraph | None = None,
     ) -> None:
         if beam_width < 1:
             raise ValueError("beam_width must be at least 1")
@@ -95,6 +106,7 @@ class PrefixBeamSearch:
         self.beam_prune_logp = beam_prune_logp
         self.scorer = scorer
         self.decode = decode
+        self.context = context
         # Per label (the blank and "no label" last): does it start a word, and with what text.
         self.starts = np.zeros(self.blank + 2, dtype=bool)
         self.bodies = [""] * (self.blank + 2)
@@ -165,6 +177,10 @@ class PrefixBeamSearch:
         lm = (_LMState(self.scorer, self.symbols, self.starts, self.bodies, self.vocab,
                        (utts, 1))
               if self.scorer is not None else None)
+        graph = self.context
+        if graph is not None:
+            ctx = np.full((utts, 1), graph.start, dtype=np.int64)  # the prefix's graph state
+            bonus = np.zeros((utts, 1))  # the hot-word score its labels added
 
         for t in range(frames):
             p = probs[:, t]
@@ -204,6 +220,13 @@ class PrefixBeamSearch:
                     lm.columns = labels
                     np.multiply(spb + spnb, stay_weight, out=keys[:, :n])
                     np.multiply(ext, ext_weight, out=keys[:, n:].reshape(utts, n, k))
+                ext_bias = None
+                if graph is not None:
+                    # And times exp(hot-word score), relative to the utterance's best prefix.
+                    stay_bias, ext_bias = _context_weights(graph, ctx, bonus, total > 0.0,
+                                                           labels)
+                    keys[:, :n] *= stay_bias
+                    keys[:, n:] *= ext_bias.reshape(utts, -1)
                 valid = keys > 0.0
 
                 if space_col is None:
@@ -211,7 +234,7 @@ class PrefixBeamSearch:
                     alive = valid[rows, chosen]
                 else:
                     chosen, alive = self._choose_scoring_words(keys, valid, ext, space_col, lm,
-                                                               rec, records, n, k)
+                                                               rec, records, n, k, ext_bias)
                 kept = keys[rows, chosen]
                 if self.beam_prune_logp is not None:
                     # Only where the frame extends prefixes: an utterance whose frame has no
@@ -249,6 +272,12 @@ class PrefixBeamSearch:
                 pb[dead] = pnb[dead] = 0.0
                 if lm is not None:
                     lm.select(src, grown, label, parent_rec, rec, new, dead, old_rec, records)
+                if graph is not None:
+                    state = ctx[rows, src]
+                    bonus = bonus[rows, src] + np.where(grown, graph.boost[state, label], 0.0)
+                    ctx = np.where(grown, graph.next[state, label], state)
+                    ctx[dead] = graph.start
+                    bonus[dead] = 0.0
 
             # Rescale so that each utterance's best prefix has probability 1.
             top = (pb + pnb).max(axis=1)
@@ -261,15 +290,18 @@ class PrefixBeamSearch:
         with np.errstate(divide="ignore"):
             acoustic = np.log(total) + log_scale[:, None]
         lm_scores = lm.final_scores(rec, records, total > 0) if lm is not None else None
+        # The hot words completed keep their boosts; an unfinished match is taken back.
+        boosts = bonus + graph.final[ctx] if graph is not None else np.zeros(total.shape)
         results = []
         for u in range(utts):
             slots = np.flatnonzero(total[u] > 0)
             lm_u = lm_scores[u, slots] if lm_scores is not None else np.zeros(slots.size)
-            score = acoustic[u, slots] + lm_u
+            boost_u = boosts[u, slots]
+            score = acoustic[u, slots] + lm_u + boost_u
             ranked = np.argsort(-score, kind="stable")[:limit]
             results.append([
                 Hypothesis(self._text(records, int(rec[u, slots[j]])), float(score[j]),
-                           float(acoustic[u, slots[j]]), float(lm_u[j]))
+                           float(acoustic[u, slots[j]]), float(lm_u[j]), float(boost_u[j]))
                 for j in ranked
             ])
         return results
@@ -282,13 +314,14 @@ class PrefixBeamSearch:
 
     def _choose_scoring_words(self, keys: np.ndarray, valid: np.ndarray, ext: np.ndarray,
                               space_col: np.ndarray, lm: _LMState, rec: np.ndarray,
-                              records: _Records, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+                              records: _Records, n: int, k: int,
+                              ext_bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """:func:`_top` for a frame where spaces finish words that have no score yet (their
         keys hold the scorer's upper bound). The beam is first chosen without them; then only
         the words whose bound beats that beam's worst prefix (and the pruning floor) are scored,
         and the final beam is chosen among the first one and those: words that cannot make the
         beam are never looked up. Returns the chosen candidates and which of them hold a prefix;
-        ``keys`` is updated in place."""
+        ``keys`` is updated in place. ``ext_bias``: the extensions' hot-word weights, if any."""
         utts, width = keys.shape[0], self.beam_width
         rows = np.arange(utts)[:, None]
         space_u, space_k = np.nonzero(space_col)
@@ -315,6 +348,8 @@ class PrefixBeamSearch:
             return chosen, chosen_valid
         lm.score_words(u, w, rec, records)
         exact = ext[u, w, col[need]] * lm.weight_of(u, w, col[need])
+        if ext_bias is not None:
+            exact *= ext_bias[u, w, col[need]]
         keys[u, pos] = exact
         # The final beam: the best ``width`` of the first choice and the words just scored.
         first = np.searchsorted(u, np.arange(utts))  # u is sorted (np.nonzero order)
@@ -367,6 +402,16 @@ class PrefixBeamSearch:
             labelled = log_probs.argmax(-1) != blank
             counts[labelled] = np.maximum(counts[labelled], 1)
         return order, counts
+
+
+def _context_weights(graph: ContextGraph, ctx: np.ndarray, bonus: np.ndarray, live: np.ndarray,
+                     labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """exp(hot-word score) of every prefix ``[utterances, slots]`` and of its extensions by
+    ``labels`` ``[utterances, slots, labels]`` (each adds ``graph.boost``), relative to the
+    utterance's best live prefix, so that nothing overflows."""
+    ref = np.max(bonus, axis=1, where=live, initial=-np.inf, keepdims=True)
+    stay = np.exp(bonus - np.where(np.isfinite(ref), ref, 0.0))
+    return stay, stay[:, :, None] * np.exp(graph.boost[ctx[:, :, None], labels[:, None, :]])
 
 
 def _top(keys: np.ndarray, valid: np.ndarray, width: int) -> np.ndarray:

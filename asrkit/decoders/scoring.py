@@ -23,13 +23,16 @@ class Hypothesis:
     """One decoded transcript with its scores (natural logarithms).
 
     ``acoustic`` is log P(text | logits) summed over the alignments the beam kept; ``lm`` is the
-    weighted language-model score (0 without one); ``score = acoustic + lm`` ranks hypotheses.
+    weighted language-model score (0 without one); ``boost`` what the hot words it holds add (0
+    without hot words, :mod:`asrkit.decoders.context`); ``score = acoustic + lm + boost`` ranks
+    hypotheses.
     """
 
     text: str
     score: float
     acoustic: float
     lm: float = 0.0
+    boost: float = 0.0
 
 
 class WordScorer(ABC):

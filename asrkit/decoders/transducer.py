@@ -20,7 +20,9 @@ can meet.
   prefix search's :class:`~asrkit.decoders.scoring.WordScorer` (shallow fusion:
   :meth:`TransducerBeamDecoder.make_scorer`; the kenlm plugin's ``transducer-kenlm``), scoring a
   word when the next one starts and at the end, with the scorer's partial-word penalty while
-  the unfinished word is no prefix of a word it knows, as in the CTC prefix search.
+  the unfinished word is no prefix of a word it knows, as in the CTC prefix search. Hot words
+  (:mod:`asrkit.decoders.context`) are boosted as the CTC prefix search boosts them: each
+  hypothesis walks the context graph, its labels chosen and ranked with their boosts.
 
 A decoder decodes the runs of every objective whose outputs it reads (:data:`TRANSDUCER_OUTPUTS`,
 :attr:`asrkit.types.Decoder.reads`): a plugin's transducer decoder is chosen as these are.
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from asrkit import hookimpl
 from asrkit.core.errors import AsrkitError
 from asrkit.core.settings import setting
+from asrkit.decoders.context import ContextGraph
 from asrkit.decoders.scoring import Hypothesis, WordScorer
 from asrkit.types import Decoder
 
@@ -227,16 +230,20 @@ class _Hyp:
     word: str = ""
     #: The scorer's partial-word penalty while ``word`` fits no word it knows, else 0.
     partial: float = 0.0
+    #: Its state in the hot words' context graph, and what its labels added there.
+    context: int = 0
+    boost: float = 0.0
 
     @property
     def score(self) -> float:
-        return self.acoustic + self.lm + self.partial
+        return self.acoustic + self.lm + self.partial + self.boost
 
 
 class TransducerBeamDecoder(TransducerDecoder):
     name = "transducer-beam"
     description = "Transducer beam search (modified beam search, several labels a frame)."
     Config = TransducerBeamConfig
+    takes_hotwords = True
 
     def make_scorer(self, labels: Labels) -> WordScorer | None:
         """The word scorer (language model) fused into the search; ``None``: acoustics
@@ -253,7 +260,8 @@ class TransducerBeamDecoder(TransducerDecoder):
         first."""
         found = []
         for hyps in self._search(outputs, lengths, labels):
-            found.append([Hypothesis(labels.decode(h.tokens), self._rank(h), h.acoustic, h.lm)
+            found.append([Hypothesis(labels.decode(h.tokens), self._rank(h), h.acoustic, h.lm,
+                                     h.boost)
                           for h in hyps[:count]])
         return found
 
@@ -265,19 +273,21 @@ class TransducerBeamDecoder(TransducerDecoder):
 
         inputs = _inputs(outputs, self.name)
         scorer = self.make_scorer(labels)
+        graph = ContextGraph.build(labels, self.hotwords) if self.hotwords else None
         steps = steps_of(inputs.networks, _Steps)
         return [self._utterance(steps, np.asarray(inputs.frames[row], np.float32),
-                                int(length), labels, scorer)
+                                int(length), labels, scorer, graph)
                 for row, length in enumerate(np.asarray(lengths))]
 
     def _utterance(self, steps: _Steps, frames: np.ndarray, length: int, labels: Labels,
-                   scorer: WordScorer | None) -> list[_Hyp]:
+                   scorer: WordScorer | None, graph: ContextGraph | None = None) -> list[_Hyp]:
         import numpy as np
 
         beam, cap = self.config.beam_width, self.config.max_symbols
         predicted, state = steps.predict(np.full(1, steps.blank), steps.initial_state(1))
         hyps = [_Hyp((), (), 0.0, 0.0, predicted[0], state[0],
-                     scorer.start() if scorer else None)]
+                     scorer.start() if scorer else None,
+                     context=graph.start if graph is not None else 0)]
         known = (word_prefixes(scorer.vocabulary)
                  if scorer is not None and scorer.vocabulary is not None else None)
         penalties: dict[str, np.ndarray] = {}  # unfinished word -> each label's penalty after
@@ -294,7 +304,7 @@ class TransducerBeamDecoder(TransducerDecoder):
                     _merge(done, _Hyp(hyp.tokens, hyp.frames,
                                       hyp.acoustic + float(logprobs[row, steps.blank]), hyp.lm,
                                       hyp.predicted, hyp.state, hyp.lm_state, hyp.word,
-                                      hyp.partial))
+                                      hyp.partial, hyp.context, hyp.boost))
                     if emitted == cap:
                         continue
                     scores = logprobs[row].copy()
@@ -304,12 +314,17 @@ class TransducerBeamDecoder(TransducerDecoder):
                             penalties[hyp.word] = partial_penalties(
                                 hyp.word, labels, scorer.partial_penalty, known)
                         scores += penalties[hyp.word] - hyp.partial
+                    if graph is not None:  # labels chosen with their hot-word boosts
+                        scores += graph.boost[hyp.context]
                     for label in np.argsort(-scores)[:beam]:
                         label = int(label)
                         child = _Hyp((*hyp.tokens, label), (*hyp.frames, t),
                                      hyp.acoustic + float(logprobs[row, label]), hyp.lm,
                                      hyp.predicted, hyp.state, hyp.lm_state, hyp.word,
                                      hyp.partial)
+                        if graph is not None:
+                            child.context = int(graph.next[hyp.context, label])
+                            child.boost = hyp.boost + float(graph.boost[hyp.context, label])
                         if scorer is not None:
                             read_symbol(child, labels.symbols[label], labels, scorer, known)
                         candidates.append((child.score, child, row))
@@ -322,6 +337,10 @@ class TransducerBeamDecoder(TransducerDecoder):
             hyps = sorted(done.values(), key=lambda h: -h.score)[:beam]
         if scorer is not None:
             hyps = [finish_words(h, scorer) for h in hyps]
+        if graph is not None:  # completed hot words keep their boosts, a partial match not
+            for hyp in hyps:
+                hyp.boost += float(graph.final[hyp.context])
+                hyp.context = graph.start
         return sorted(hyps, key=lambda h: -self._rank(h))
 
     @staticmethod

@@ -85,6 +85,9 @@ class Evaluation:
     chunk_ms: float | None = None
     #: How well the words' confidences are calibrated (a CTC decoder's; None: not measured).
     word_confidence: ConfidenceReport | None = None
+    #: The hot words the decoder boosted (``{"text", "boost"}``; boost None: the labels'
+    #: default), if any.
+    hotwords: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def wer(self) -> float:
@@ -118,7 +121,9 @@ class Evaluation:
             **({"checkpoint": self.checkpoint} if self.checkpoint else {}),
             "split": self.split, "decoder": self.decoder,
             **({"chunk_ms": self.chunk_ms} if self.chunk_ms is not None else {}),
-            "decoder_settings": self.decoder_settings, "utterances": len(self.utterances),
+            "decoder_settings": self.decoder_settings,
+            **({"hotwords": self.hotwords} if self.hotwords else {}),
+            "utterances": len(self.utterances),
             "wer": self.wer, "cer": self.cer, "loss": self.loss,
             "intervals": {"level": LEVEL, "samples": SAMPLES, "seed": SEED,
                           **{k: v.to_json() for k, v in intervals.items()}},
@@ -138,7 +143,8 @@ class Evaluation:
         intervals = self.intervals()
         lines = [f"{self.split}: {len(self.utterances)} utterances, WER {self.wer:.2%}, "
                  f"CER {self.cer:.2%}, loss {self.loss:.3f} ({self.decoder} decoder"
-                 + "".join(f", {k}={v}" for k, v in self.decoder_changed.items()) + ")"
+                 + "".join(f", {k}={v}" for k, v in self.decoder_changed.items())
+                 + (f", {len(self.hotwords)} hot words" if self.hotwords else "") + ")"
                  + _chunk_words(self.chunk_ms),
                  f"  {LEVEL:.0%} bootstrap interval: WER {intervals['wer'].low:.2%} to "
                  f"{intervals['wer'].high:.2%}, CER {intervals['cer'].low:.2%} to "
@@ -257,9 +263,11 @@ def decode_outputs(outputs: Iterable[BatchOutputs], decoder: Decoder, alphabet: 
     results.sort(key=lambda u: u.id)
     finite = [u.loss for u in results if math.isfinite(u.loss)]
     settings, changed = describe_decoder(decoder)
+    hotwords = [{"text": word.text, "boost": word.boost}
+                for word in (decoder.hotwords.words if decoder.hotwords else ())]
     return Evaluation(split, decoder.name, sum(finite) / max(1, len(finite)), total, results,
                       decoder_settings=settings, decoder_changed=changed,
-                      hit_length_limit=sorted(cut))
+                      hit_length_limit=sorted(cut), hotwords=hotwords)
 
 
 def add_words(evidence: WordEvidence, logits: np.ndarray, reference: str, hypothesis: str,

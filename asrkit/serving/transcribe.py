@@ -80,7 +80,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asrkit import plugins
-from asrkit.config.decoding import choose_decoder
+from asrkit.config.decoding import check_hotwords, choose_decoder
 from asrkit.config.objectives import check_decodes, require_ctc_outputs
 from asrkit.config.overrides import DecoderChoice
 from asrkit.core.confidence import nbest_probabilities
@@ -490,6 +490,7 @@ def resolve_decoder(choice: DecoderChoice, recognizer: Recognizer) -> tuple[Deco
         default, config = "greedy", None
     decoder = choose_decoder(choice, default, config)
     recognizer.check_decoder(decoder)
+    check_hotwords(decoder, recognizer.labels)
     return decoder, warning
 
 
