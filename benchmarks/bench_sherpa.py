@@ -18,7 +18,11 @@ Measured: ``rtf``, seconds of compute per second of audio, the median of ``--rep
 (the two take turns within each pass); ``cer_between``, the character error rate of
 sherpa-onnx's transcripts against the ONNX export's (spaces collapsed), and ``differing``, the
 recordings whose texts differ; ``chars``, the characters the ONNX export emitted (a model that
-emits nothing agrees trivially); with ``--split``, each one's CER against the references.
+emits nothing agrees trivially); the largest difference between the sherpa-onnx model's
+log-probabilities of kaldi-native-fbank's features (what sherpa-onnx feeds it) and the
+log-softmax of the ONNX export's logits (the worst recording's and the median recording's),
+and the share of output frames whose best class is the same; with ``--split``, each one's CER
+against the references.
 
 The recordings: every utterance of ``--split`` of the runs' dataset (``$ASRKIT_HOME``), else
 the 16 kHz WAV fixtures of tests/fixtures/speech. Prints a table; ``--json FILE`` writes the
@@ -112,12 +116,17 @@ def measure(run: Path, work: Path, audios: list[Any], references: list[str] | No
             start = time.perf_counter()
             texts[name] = [fn(audio) for audio in audios]
             times[name].append(time.perf_counter() - start)
+    differences, agreement = log_prob_differences(sherpa_folder, onnx_model, audios,
+                                                  exported["sherpa-onnx"]["feature_dim"])
     result: dict[str, Any] = {
         "run": str(run), "model": exported["onnx"]["model"], "recordings": len(audios),
         "audio_seconds": round(seconds, 1), "threads": threads,
         "feature_dim": exported["sherpa-onnx"]["feature_dim"],
         "sherpa_verified_max_abs_diff": exported["sherpa-onnx"]["verified_max_abs_diff"],
         "chars": sum(len(t) for t in texts["onnx"]),
+        "log_prob_max_abs_diff": max(differences),
+        "log_prob_median_max_abs_diff": statistics.median(differences),
+        "frames_same_best_class": agreement,
         "cer_between": corpus_score(texts["onnx"], texts["sherpa-onnx"]).cer,
         "differing": sum(a != b for a, b in zip(texts["onnx"], texts["sherpa-onnx"],
                                                  strict=True)),
@@ -128,6 +137,44 @@ def measure(run: Path, work: Path, audios: list[Any], references: list[str] | No
         if references is not None:
             result[name]["cer"] = corpus_score(references, texts[name]).cer
     return result
+
+
+def knf_features(audio: Any, bins: int) -> Any:
+    """kaldi-native-fbank's features with sherpa-onnx's options: what sherpa-onnx feeds."""
+    import kaldi_native_fbank as knf
+    import numpy as np
+
+    opts = knf.FbankOptions()
+    opts.frame_opts.dither = 0
+    opts.frame_opts.snip_edges = False
+    opts.mel_opts.num_bins = bins
+    opts.mel_opts.low_freq = 20
+    opts.mel_opts.high_freq = -400
+    fbank = knf.OnlineFbank(opts)
+    fbank.accept_waveform(16000, audio.tolist())
+    fbank.input_finished()
+    return np.array([fbank.get_frame(i) for i in range(fbank.num_frames_ready)], np.float32)
+
+
+def log_prob_differences(sherpa_folder: Path, onnx_model: Any, audios: list[Any],
+                         bins: int) -> tuple[list[float], float]:
+    """Per recording, the largest difference between the sherpa-onnx export's
+    log-probabilities of kaldi-native-fbank's features and the log-softmax of the ONNX
+    export's logits of the audio; and the share of frames whose best class is the same."""
+    import numpy as np
+
+    from asrkit.serving.export_sherpa import log_probs
+
+    differences, same, frames = [], 0, 0
+    for audio in audios:
+        got = log_probs(sherpa_folder, [knf_features(audio, bins)])[0]
+        logits = onnx_model.logits(audio)
+        shifted = logits - logits.max(-1, keepdims=True)
+        want = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        differences.append(float(np.abs(got - want).max()))
+        same += int((got.argmax(-1) == want.argmax(-1)).sum())
+        frames += len(want)
+    return differences, same / frames
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,12 +196,15 @@ def main(argv: list[str] | None = None) -> int:
                                   else fixture_audio())
             results.append(measure(run, work, audios, references, args.repeats,
                                    args.threads))
-    print("| model | recordings | seconds | chars | CER between | differing | RTF sherpa-onnx "
-          "| RTF onnx |" + (" CER sherpa-onnx | CER onnx |" if args.split else ""))
-    print("|---" * (8 + (2 if args.split else 0)) + "|")
+    print("| model | recordings | seconds | chars | CER between | differing | log-prob diff "
+          "max (median) | same best class | RTF sherpa-onnx | RTF onnx |"
+          + (" CER sherpa-onnx | CER onnx |" if args.split else ""))
+    print("|---" * (10 + (2 if args.split else 0)) + "|")
     for r in results:
         row = (f"| `{r['model']}` | {r['recordings']} | {r['audio_seconds']} | {r['chars']} | "
                f"{100 * r['cer_between']:.2f} | {r['differing']} | "
+               f"{r['log_prob_max_abs_diff']:.2g} ({r['log_prob_median_max_abs_diff']:.2g}) | "
+               f"{100 * r['frames_same_best_class']:.2f} % | "
                f"{r['sherpa-onnx']['rtf']:.4f} | {r['onnx']['rtf']:.4f} |")
         if args.split:
             row += (f" {100 * r['sherpa-onnx']['cer']:.2f} | {100 * r['onnx']['cer']:.2f} |")
