@@ -271,6 +271,24 @@ def test_runs_on_other_features_are_refused_naming_the_settings(cli, tmp_path):
     assert not (tmp_path / "ds2" / "export").exists()
 
 
+def test_a_transducer_run_is_refused_before_its_weights_load(cli, tmp_path):
+    from asrkit.config.pipeline import PipelineConfig
+    from asrkit.config.run import RunConfig
+    from asrkit.config.train import TrainConfig
+    from asrkit.core.text import Alphabet
+    from asrkit.features import LogMelConfig
+    from asrkit.models.conformer import ConformerConfig
+    from asrkit.runs.run import Run
+
+    folder = tmp_path / "transducer"  # no checkpoint: refused before one would be read
+    Run(folder, RunConfig(TrainConfig(model="conformer", objective="transducer"),
+                          ConformerConfig(), LogMelConfig(kaldi=True, low_hz=20, high_hz=7600),
+                          PipelineConfig()), Alphabet()).save()
+    result = cli(["export", folder, "--format", "sherpa-onnx"])
+    assert result.exit_code != 0 and len(result.stderr.strip().splitlines()) == 1
+    assert "is a transducer run; --format sherpa-onnx exports CTC runs only" in result.stderr
+
+
 def test_bad_input_in_one_line(cli, runs, exports, tmp_path):
     chunk = cli(["export", runs["ds2"], "--format", "sherpa-onnx", "--chunk-ms", "160",
                  "--output", tmp_path / "x"])
