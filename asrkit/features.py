@@ -14,7 +14,10 @@ registered through the ``register_features`` hook:
     frame is zero-padded; ``1 + ceil((samples - window) / step)`` frames).
 ``logmel``
     80 log mel filterbank energies (Hann window, HTK mel scale as ``tf.signal`` builds it), the
-    input of modern convolutional/transformer CTC models.
+    input of modern convolutional/transformer CTC models. With ``kaldi=true`` it computes
+    Kaldi's ``fbank`` instead, exactly as kaldi-native-fbank does under sherpa-onnx's settings
+    (:func:`kaldi_fbank`), so that a run trained on it exports to sherpa-onnx, which computes
+    its features itself (:mod:`asrkit.serving.export_sherpa`).
 
 Both take float32 audio in [-1, 1] at 16 kHz, shape ``[samples]`` (``extract``) or a padded batch
 ``[batch, samples]`` with lengths (``extract_batch``), and can normalise each utterance (mean and
@@ -110,10 +113,24 @@ class LogMelConfig(FeatureConfig):
     log_guard: float = setting(2.0**-24, above=0, max=1)
     pcm_scale: float = setting(1.0, above=0, max=MAX_PCM_SCALE)
     normalize: str = setting("none", choices=NORMALIZATIONS)
+    #: Kaldi's fbank (as kaldi-native-fbank and sherpa-onnx compute it) instead: frames centred
+    #: on multiples of the step with the ends reflected (``snip_edges=false``), each frame's DC
+    #: offset removed and pre-emphasised on its own, the povey window, Kaldi's mel banks (HTK
+    #: scale, no Nyquist bin), the log floored at float32's epsilon instead of ``log_guard``.
+    #: sherpa-onnx's defaults are ``low_hz=20``, ``high_hz=7600``.
+    kaldi: bool = False
 
     def __post_init__(self) -> None:
         validate(self, FeatureError)
         _check_common(self)
+        if self.kaldi and self.window != "hann":
+            raise FeatureError(f"window={self.window} does not apply with kaldi=true: Kaldi's "
+                               "fbank uses the povey window (leave window at its default)")
+
+    @property
+    def centred_frames(self) -> bool:
+        """Kaldi's fbank frames as Kaldi does (``snip_edges=false``)."""
+        return self.kaldi
 
 
 def _check_common(config: MFCCConfig | LogMelConfig) -> None:
@@ -257,6 +274,91 @@ def htk_mel_matrix(
     falling = (upper - bin_mels) / (upper - centre)
     weights = np.maximum(0.0, np.minimum(rising, falling))
     return np.pad(weights, [[1, 0], [0, 0]]).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=32)
+def kaldi_mel_matrix(num_mel_bins: int, fft_length: int, sample_rate: int, low_hz: float,
+                     high_hz: float | None) -> np.ndarray:
+    """Kaldi's ``MelBanks`` as kaldi-native-fbank builds them, in the same float32 arithmetic:
+    ``[fft_length // 2 + 1, num_mel_bins]`` triangles on the HTK mel scale
+    (``1127 ln(1 + f / 700)``) over ``[low_hz, high_hz]``, evaluated at each FFT bin's
+    frequency, strictly inside each triangle; the Nyquist bin has no weight (Kaldi leaves it
+    out)."""
+    import numpy as np
+
+    f32 = np.float32
+    high = f32(high_hz or sample_rate / 2)
+
+    def mel(hz: np.ndarray) -> np.ndarray:
+        return f32(1127.0) * np.log(f32(1.0) + np.asarray(hz, f32) / f32(700.0))
+
+    low_mel, high_mel = mel(f32(low_hz)), mel(high)
+    delta = (high_mel - low_mel) / f32(num_mel_bins + 1)
+    bins = fft_length // 2
+    bin_mels = mel(f32(sample_rate / fft_length) * np.arange(bins, dtype=f32))[:, None]
+    index = np.arange(num_mel_bins, dtype=f32)[None, :]
+    left, centre = low_mel + index * delta, low_mel + (index + 1) * delta
+    right = low_mel + (index + 2) * delta
+    rising = (bin_mels - left) / (centre - left)
+    falling = (right - bin_mels) / (right - centre)
+    weights = np.where(bin_mels <= centre, rising, falling)
+    weights = np.where((bin_mels > left) & (bin_mels < right), weights, f32(0))
+    return np.pad(weights, [[0, 1], [0, 0]]).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=8)
+def _povey_window(length: int) -> np.ndarray:
+    """Kaldi's default window: a Hann window (over ``length - 1``) to the power 0.85."""
+    import numpy as np
+
+    n = np.arange(length, dtype=np.float64)
+    return ((0.5 - 0.5 * np.cos(2 * np.pi * n / (length - 1))) ** 0.85).astype(np.float32)
+
+
+#: Kaldi floors the mel energies at float32's epsilon before the log.
+FLOAT32_EPS = 1.1920928955078125e-07
+
+
+def kaldi_fbank(audio: tf.Tensor, lengths: tf.Tensor, config: LogMelConfig
+                ) -> tuple[tf.Tensor, tf.Tensor]:
+    """Kaldi's log mel filterbank energies of a zero-padded batch ``[batch, samples]`` with
+    ``lengths``: ``([batch, frames, num_mel_bins], frame_lengths)``, frames past an
+    utterance's end zero. What kaldi-native-fbank's ``OnlineFbank`` computes with sherpa-onnx's
+    options (dither 0, ``snip_edges=false``, ``remove_dc_offset``, povey window, Kaldi mel
+    banks, ``use_log_fbank``), the window, step, FFT length, pre-emphasis and band the
+    config's:
+
+    - frame ``t`` holds samples ``t * step + step // 2 - window // 2`` on; samples before the
+      start or past the end are reflected (``-s - 1``, ``2 n - 1 - s``, until inside);
+    - each frame loses its mean, then is pre-emphasised on its own
+      (``y[0] = x[0] - a x[0]``), windowed and zero-padded to ``fft_length``;
+    - ``log(max(|FFT|^2 @ mel_banks, float32 epsilon))``, the power of audio times
+      ``pcm_scale`` (sherpa-onnx feeds [-1, 1] samples: scale 1).
+    """
+    import tensorflow as tf
+
+    window, step = frame_geometry(config)
+    audio = tf.convert_to_tensor(audio, tf.float32)
+    lengths = tf.cast(lengths, tf.int32)
+    frame_lengths = count_frames(lengths, window, step, centred=True)
+    frames = tf.reduce_max(frame_lengths)
+    starts = tf.range(frames) * step + (step // 2 - window // 2)
+    index = starts[:, tf.newaxis] + tf.range(window)[tf.newaxis, :]       # [frames, window]
+    # Reflected until inside, as Kaldi's loop does: the mirror image repeats every 2 n samples.
+    n = tf.maximum(lengths, 1)[:, tf.newaxis, tf.newaxis]
+    index = tf.math.floormod(index[tf.newaxis], 2 * n)
+    index = tf.where(index >= n, 2 * n - 1 - index, index)
+    pieces = tf.gather(audio, index, batch_dims=1)                         # [b, frames, window]
+    pieces = pieces - tf.reduce_mean(pieces, axis=-1, keepdims=True)
+    if config.preemphasis:
+        pieces = tf.concat([pieces[..., :1] * (1 - config.preemphasis),
+                            pieces[..., 1:] - config.preemphasis * pieces[..., :-1]], axis=-1)
+    power = _squared_magnitude(pieces, config.fft_length, _povey_window(window))
+    matrix = kaldi_mel_matrix(config.num_mel_bins, config.fft_length, config.sample_rate,
+                              config.low_hz, config.high_hz) * config.pcm_scale**2
+    features = tf.math.log(tf.maximum(power @ tf.constant(matrix), FLOAT32_EPS))
+    mask = tf.sequence_mask(frame_lengths, frames, dtype=tf.float32)[:, :, tf.newaxis]
+    return features * mask, frame_lengths
 
 
 @functools.lru_cache(maxsize=8)
@@ -454,6 +556,22 @@ class LogMel(SpectralExtractor):
 
     def num_features(self, config: LogMelConfig) -> int:
         return config.num_mel_bins
+
+    def extract(self, audio: tf.Tensor | np.ndarray, config: LogMelConfig) -> tf.Tensor:
+        if not config.kaldi:
+            return super().extract(audio, config)
+        import tensorflow as tf
+
+        audio = tf.convert_to_tensor(audio, tf.float32)
+        features, _ = kaldi_fbank(audio[tf.newaxis], tf.size(audio)[tf.newaxis], config)
+        return normalize(features[0], config.normalize)
+
+    def extract_batch(self, audio: tf.Tensor | np.ndarray, lengths: tf.Tensor | np.ndarray,
+                      config: LogMelConfig) -> tuple[tf.Tensor, tf.Tensor]:
+        if not config.kaldi:
+            return super().extract_batch(audio, lengths, config)
+        features, frame_lengths = kaldi_fbank(audio, lengths, config)
+        return normalize(features, config.normalize, frame_lengths), frame_lengths
 
     def _window(self, config: LogMelConfig) -> np.ndarray | None:
         window, _ = frame_geometry(config)

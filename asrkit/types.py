@@ -524,6 +524,14 @@ class FeatureConfig:
     #: The hop from one frame to the next, in milliseconds: the features' time resolution.
     step_ms: float = setting(10.0, above=0, max=1000)
 
+    @property
+    def centred_frames(self) -> bool:
+        """Whether audio is framed as Kaldi frames it with ``snip_edges=false`` (frames centred
+        on multiples of the step, :func:`asrkit.core.frames.count_frames`) instead of as
+        python_speech_features does; a ``Config`` whose settings choose Kaldi's framing
+        (``logmel``'s ``kaldi``) says so here."""
+        return False
+
     def __post_init__(self) -> None:
         validate(self)
 

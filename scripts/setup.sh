@@ -25,6 +25,6 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools
 echo "setup: installing asrkit and its plugins into .venv (first time: a few minutes)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-  -e ".[test,lint,type]" -e plugins/asrkit-importer-an4 -e plugins/asrkit-decoder-kenlm \
+  -e ".[test,lint,type,sherpa]" -e plugins/asrkit-importer-an4 -e plugins/asrkit-decoder-kenlm \
   -e plugins/asrkit-tokenizer-sentencepiece
 echo "setup: done; activate with: source .venv/bin/activate"

@@ -164,5 +164,5 @@ def test_the_check_sees_a_renamed_flag_a_command_and_a_choice(cli):
     assert problems(cli, "asrkit trian --model brnn")[0].startswith("no command 'trian'")
     assert problems(cli, "asrkit export runs/x --format onnx") == []
     assert problems(cli, "asrkit export runs/x --format zip") == [
-        "--format zip: not one of savedmodel, tflite, onnx"]
+        "--format zip: not one of savedmodel, tflite, onnx, sherpa-onnx"]
     assert problems(cli, "asrkit import librispeech --subset SUBSET") == []

@@ -1,5 +1,5 @@
-"""``asrkit export``: a run as a SavedModel, TFLite or ONNX model that takes raw PCM (the work is
-:mod:`asrkit.serving.export`'s)."""
+"""``asrkit export``: a run as a SavedModel, TFLite or ONNX model that takes raw PCM, or as a
+sherpa-onnx model (the work is :mod:`asrkit.serving.export`'s)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ QUANTIZE_MODES = ("none", "int8", "float16", "full")
 
 @click.command("export")
 @click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["savedmodel", "tflite", "onnx"]),
-              default="savedmodel", show_default=True)
+@click.option("--format", "fmt",
+              type=click.Choice(["savedmodel", "tflite", "onnx", "sherpa-onnx"]),
+              default="savedmodel", show_default=True,
+              help="sherpa-onnx: model.onnx and tokens.txt for k2-fsa's sherpa-onnx (a CTC run "
+                   "trained on -o features.kaldi=true; docs/sherpa-onnx.md).")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Folder to write [default: RUN/export/FORMAT].")
 @click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",
@@ -65,6 +68,7 @@ def export_command(run: Path, fmt: str, output: Path | None, checkpoint: str,
         click.echo(json.dumps(meta, indent=2))
         return
     what = ("encoder frames" if meta.get("objective") in ("transducer", "attention")
+            else "log-probabilities (of the same Kaldi fbank)" if fmt == "sherpa-onnx"
             else "logits")
     if quantization != "none":
         click.echo(f"exported {meta['model']} (step {meta['global_step']}) as {fmt} "

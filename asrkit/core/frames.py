@@ -7,7 +7,10 @@ seconds of audio a batch holds, transcription's word times and an export's metad
 A feature extractor's ``Config`` declares its framing (:class:`asrkit.types.FeatureConfig`):
 ``sample_rate`` (Hz), ``window_ms`` and ``step_ms``. Window and step are rounded half up to
 whole samples, and audio is framed as python_speech_features frames it: one frame for anything
-up to a window, else ``1 + ceil((samples - window) / step)``, the last frame zero-padded. An
+up to a window, else ``1 + ceil((samples - window) / step)``, the last frame zero-padded; or,
+where the ``Config``'s ``centred_frames`` is true (Kaldi's framing with ``snip_edges=false``,
+which sherpa-onnx's features use), ``(samples + step // 2) // step`` frames centred on
+multiples of the step (at least one). An
 extractor's ``extract`` must return exactly that many frames (``asrkit.testing.features``
 checks it). A model then maps ``frames`` to ``output_length(config, frames)`` output frames
 (its time stride: 1 for ``brnn``, 2 or more for ``ds2`` and ``conformer``); CTC can align a
@@ -54,6 +57,8 @@ class Framing:
     sample_rate: int
     window: int
     step: int
+    #: Kaldi's ``snip_edges=false`` framing instead of python_speech_features'.
+    centred: bool = False
 
     @classmethod
     def of(cls, config: Any) -> Framing:
@@ -75,7 +80,7 @@ class Framing:
                 f"window_ms={config.window_ms} and step_ms={config.step_ms} at {rate} Hz are "
                 f"{window} and {step} samples; both must be at least one sample"
             )
-        return cls(int(rate), window, step)
+        return cls(int(rate), window, step, bool(getattr(config, "centred_frames", False)))
 
     @property
     def step_seconds(self) -> float:
@@ -83,13 +88,21 @@ class Framing:
 
     def frames(self, num_samples: int | tf.Tensor) -> int | tf.Tensor:
         """Feature frames of ``num_samples`` samples (a Python int or an integer tensor)."""
-        return count_frames(num_samples, self.window, self.step)
+        return count_frames(num_samples, self.window, self.step, self.centred)
 
 
-def count_frames(num_samples: int | tf.Tensor, window: int, step: int) -> int | tf.Tensor:
+def count_frames(num_samples: int | tf.Tensor, window: int, step: int,
+                 centred: bool = False) -> int | tf.Tensor:
     """Frames of ``num_samples`` samples: one frame for anything up to a window, else
-    ``1 + ceil((num_samples - window) / step)``, the last frame zero-padded. Works on Python
-    ints and on integer tensors."""
+    ``1 + ceil((num_samples - window) / step)``, the last frame zero-padded; ``centred``
+    (Kaldi's ``snip_edges=false``): ``(num_samples + step // 2) // step``, at least one. Works
+    on Python ints and on integer tensors."""
+    if centred:
+        if isinstance(num_samples, numbers.Integral):
+            return max(1, (int(num_samples) + step // 2) // step)
+        import tensorflow as tf
+
+        return tf.maximum(1, (tf.cast(num_samples, tf.int32) + step // 2) // step)
     if isinstance(num_samples, numbers.Integral):
         return 1 + max(0, -(-(int(num_samples) - window) // step))
     import tensorflow as tf

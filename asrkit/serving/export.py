@@ -1,5 +1,7 @@
 """Exporting a trained run as a self-contained model: SavedModel, TFLite or ONNX (the last in
-:mod:`asrkit.serving.export_onnx`), features inside.
+:mod:`asrkit.serving.export_onnx`), features inside; or, for sherpa-onnx, which computes
+Kaldi fbank features itself, an ONNX model of features to log-probabilities with its
+``tokens.txt`` (:mod:`asrkit.serving.export_sherpa`).
 
 A served model should take what a microphone or a WAV file gives, not asrkit's features, so an
 export holds the whole path from raw 16 kHz mono PCM to logits and to greedy text::
@@ -81,7 +83,13 @@ from asrkit.evaluation.restore import restore_model, restore_networks
 from asrkit.importing import outputs
 from asrkit.runs.chunks import chunk_ms_of, with_chunk
 from asrkit.runs.run import Run, load_run
-from asrkit.serving import export_attention, export_stream, export_transducer, quantize
+from asrkit.serving import (
+    export_attention,
+    export_sherpa,
+    export_stream,
+    export_transducer,
+    quantize,
+)
 from asrkit.serving.export_onnx import OnnxModel, metadata, write_onnx
 from asrkit.serving.graph import (
     describe_module,
@@ -99,7 +107,7 @@ if TYPE_CHECKING:
 
     from asrkit.core.labels import Labels
 
-FORMATS = ("savedmodel", "tflite", "onnx")
+FORMATS = ("savedmodel", "tflite", "onnx", export_sherpa.FORMAT)
 #: The export's description, beside the model.
 METADATA_FILE = "asrkit.json"
 TFLITE_FILE = "model.tflite"
@@ -203,7 +211,7 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
     recover_replacement(target)  # what a crash left of an earlier replacement
     _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
     run, model, head, state = load_networks(folder, fmt, checkpoint, chunk_ms)
-    if chunk_ms is not None and (fmt == "onnx" or quantization != "none"
+    if chunk_ms is not None and (fmt in ("onnx", export_sherpa.FORMAT) or quantization != "none"
                                  or not export_stream.streams(run, head)):
         raise ExportError("--chunk-ms sets a streaming export's step: only a streaming CTC "
                           "run's SavedModel or float TFLite export has one (transcribe "
@@ -224,11 +232,13 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
             _save(module, staging)
         elif fmt == "tflite":
             _write_tflite(run, model, staging, head, quantization, calibration)
+        elif fmt == export_sherpa.FORMAT:
+            export_sherpa.write(run, model, staging)
         else:
             write_onnx(run, model, staging)
         meta = _metadata(run, fmt, checkpoint, state, head)
         geometry = getattr(module, "stream_geometry", None)
-        if geometry is not None and fmt != "onnx":
+        if geometry is not None and fmt in ("savedmodel", "tflite"):
             meta["stream"] = {**geometry.to_json(), "chunk_ms": chunk_ms_of(run)}
             meta["signatures"].append(export_stream.STREAM_SIGNATURE)
         if fmt == "tflite":
@@ -238,7 +248,10 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         if joins_symbols(run.labels):
             run.labels.save(staging / "alphabet.txt")
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        if quantization == "none":
+        if fmt == export_sherpa.FORMAT:
+            meta["verified_max_abs_diff"] = export_sherpa.verify(
+                staging, run, model, [verification_audio(), verification_audio(0.7)])
+        elif quantization == "none":
             meta["verified_max_abs_diff"] = verify_export(staging, module)
             if "stream" in meta:
                 meta["stream"]["verified_max_abs_diff"] = verify_stream(staging, module)
@@ -263,6 +276,8 @@ def load_networks(folder: str | Path, fmt: str, checkpoint: str = "best",
     cannot hold, and an objective whose outputs no kind of export reads, is refused in one line
     before any weights load."""
     run = with_chunk(load_run(folder), chunk_ms)
+    if fmt == export_sherpa.FORMAT:
+        export_sherpa.check_run(run)
     if export_attention.exports_as_attention(run.objective):
         export_attention.check_format(fmt)
     elif export_transducer.exports_as_transducer(run.objective):
@@ -428,6 +443,8 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any],
     }
     if fmt == "onnx":
         meta.update(metadata())
+    if fmt == export_sherpa.FORMAT:
+        meta.update(export_sherpa.metadata(run))
     if export_transducer.exports_as_transducer(run.objective):
         meta.update(export_transducer.metadata(export_transducer.max_symbols_of(run), fmt))
     if export_attention.exports_as_attention(run.objective) and head is not None:
@@ -625,6 +642,10 @@ class ExportedModel:
         meta_file = folder / METADATA_FILE
         self.metadata: dict[str, Any] = (json.loads(meta_file.read_text())
                                          if meta_file.exists() else {})
+        if self.metadata.get("format") == export_sherpa.FORMAT:
+            raise ExportError(f"{folder} is a sherpa-onnx export: its model takes Kaldi fbank "
+                              "features, which sherpa-onnx computes (docs/sherpa-onnx.md); "
+                              "transcribe with the run folder or an onnx export instead")
         self.path = path
         onnx_file = path if path.is_file() else folder / "model.onnx"
         if onnx_file.suffix == ".onnx" and onnx_file.is_file():

@@ -84,9 +84,17 @@ def onnx_function(run: Run, model: keras.Model) -> tf.types.experimental.Polymor
 
 
 def write_onnx(run: Run, model: keras.Model, folder: Path) -> None:
-    """Convert ``model`` (with the run's features) to ``folder/model.onnx``; an
-    :class:`OnnxExportError` naming the operations tf2onnx could not convert when onnxruntime
-    cannot load the result (tf2onnx logs a failed operation and carries on)."""
+    """Convert ``model`` (with the run's features) to ``folder/model.onnx``."""
+    convert(onnx_function(run, model), folder / ONNX_FILE, run.spec.name)
+
+
+def convert(function: tf.types.experimental.PolymorphicFunction, path: Path, name: str) -> None:
+    """Convert the ``tf.function`` ``function`` (with its input signature) to the ONNX file
+    ``path`` with tf2onnx and this module's op handlers; an :class:`OnnxExportError` naming the
+    operations tf2onnx could not convert when onnxruntime cannot load the result (tf2onnx logs
+    a failed operation and carries on). ``name`` (the model's) is for the message. Every ONNX
+    export converts through here: this one and sherpa-onnx's
+    (:mod:`asrkit.serving.export_sherpa`)."""
     import tensorflow as tf
 
     try:
@@ -95,21 +103,28 @@ def write_onnx(run: Run, model: keras.Model, folder: Path) -> None:
     except ImportError as error:
         raise OnnxExportError(f"the ONNX export needs tf2onnx and onnxruntime ({error}): "
                               "pip install tf2onnx onnxruntime") from None
-    function = onnx_function(run, model)
-    path = folder / ONNX_FILE
     with _tf2onnx_errors() as errors:
         tf2onnx.convert.from_function(
             function, input_signature=function.input_signature, opset=OPSET,
             custom_op_handlers=_handlers(), output_path=str(path))
     try:
-        OnnxModel(path)
+        session(path)
     except Exception as error:  # onnxruntime raises its own exception types
         path.unlink(missing_ok=True)
         reasons = errors or [" ".join(str(error).split())]
         raise OnnxExportError(
-            f"{run.spec.name} cannot be converted to ONNX with tf2onnx {tf2onnx.__version__} "
+            f"{name} cannot be converted to ONNX with tf2onnx {tf2onnx.__version__} "
             f"(TensorFlow {tf.__version__}): " + "; ".join(reasons)[:300]
         ) from None
+
+
+def session(path: str | Path) -> Any:
+    """An onnxruntime CPU session of the ONNX file ``path``, logging errors only."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # errors only
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 @contextlib.contextmanager
@@ -239,12 +254,7 @@ class OnnxModel:
     and text). ``labels`` says what the classes mean (a list of symbols: characters)."""
 
     def __init__(self, path: str | Path, labels: Labels | list[str] | None = None) -> None:
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3  # errors only
-        self.session = onnxruntime.InferenceSession(str(path), options,
-                                                    providers=["CPUExecutionProvider"])
+        self.session = session(path)
         if isinstance(labels, list):
             labels = labels_from_json({"alphabet": labels})
         self.labels = labels

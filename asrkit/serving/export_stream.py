@@ -84,6 +84,9 @@ def check_streamable(run: Run) -> None:
         raise AsrkitError(f"{run.folder}: a streaming export computes {run.extractor.name} "
                           "features in its graph only for asrkit's spectral extractors without "
                           "context windows; transcribe --stream with the run folder instead")
+    if getattr(run.feature_config, "centred_frames", False):
+        raise AsrkitError(f"{run.folder}: Kaldi fbank features (features.kaldi=true) do not "
+                          "stream (asrkit's streams frame audio as python_speech_features does)")
     if getattr(run.feature_config, "normalize", "none") not in ("none", "running"):
         raise AsrkitError(f"{run.folder}: features normalised over whole utterances cannot "
                           "stream")

@@ -43,20 +43,39 @@ def make_logits_fn(run: Run, model: keras.Model) -> Callable[[tf.Tensor], tf.Ten
     import tensorflow as tf
 
     extractor, feature_config = run.extractor, run.feature_config
-    context = run.pipeline.context
-    spec, model_config = run.spec, run.model_config
     check_sample_rate(feature_config, str(run.folder))
+    batch_fn = make_batch_logits_fn(run, model)
 
     def logits_fn(audio: tf.Tensor) -> tf.Tensor:
         with tf.name_scope(FEATURES_SCOPE):
             features = tf.cast(extractor.extract(audio, feature_config), tf.float32)
-            features = context_windows(features, context)
         frames = tf.shape(features)[0]
-        logits = model((features[tf.newaxis], frames[tf.newaxis]), training=False)
-        length = spec.output_length(model_config, frames)
-        return tf.cast(logits[0], tf.float32)[:length]
+        logits, lengths = batch_fn(features[tf.newaxis], frames[tf.newaxis])
+        return logits[0][:lengths[0]]
 
     return logits_fn
+
+
+def make_batch_logits_fn(run: Run, model: keras.Model
+                         ) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """``fn(features [batch, frames, F], frame_lengths [batch]) -> (logits [batch, frames',
+    classes], output_lengths [batch])``: the run's (normalised) features through its context
+    windows and model, as training feeds them; the half of :func:`make_logits_fn` after the
+    features, which an export that is given features (sherpa-onnx's,
+    :mod:`asrkit.serving.export_sherpa`) calls on its own."""
+    import tensorflow as tf
+
+    context = run.pipeline.context
+    spec, model_config = run.spec, run.model_config
+
+    def batch_fn(features: tf.Tensor, lengths: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        lengths = tf.cast(lengths, tf.int32)
+        with tf.name_scope(FEATURES_SCOPE):
+            features = context_windows(features, context)
+        logits = model((features, lengths), training=False)
+        return tf.cast(logits, tf.float32), spec.output_length(model_config, lengths)
+
+    return batch_fn
 
 
 def greedy_labels(logits: tf.Tensor, blank: int) -> tf.Tensor:

@@ -70,6 +70,12 @@ class FeatureStream:
                 "cannot stream: streaming needs a spectral extractor (asrkit's mfcc or logmel, "
                 "or a subclass of asrkit.features.SpectralExtractor)"
             )
+        if getattr(config, "centred_frames", False):
+            raise StreamError(
+                "Kaldi fbank features (features.kaldi=true) do not stream: asrkit's feature "
+                "stream frames audio as python_speech_features does; train a streaming model "
+                "on asrkit's own logmel (features.kaldi=false)"
+            )
         mode = getattr(config, "normalize", "none")
         if mode not in CAUSAL_NORMALIZATIONS:
             raise StreamError(
