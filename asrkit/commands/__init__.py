@@ -1,7 +1,7 @@
 """asrkit's commands, one module each: ``train``, ``evaluate``, ``average``, ``transcribe``,
-``align``, ``segment``, ``export``, ``describe``, ``tokenizer``, ``unlock`` (registered here
-through the ``register_commands`` hook from asrkit's own entry point, like any plugin's
-commands), and ``plugins`` and ``import`` (the core of the command line, which
+``align``, ``segment``, ``export``, ``describe``, ``tokenizer``, ``unlock``, ``data-service``
+(registered here through the ``register_commands`` hook from asrkit's own entry point, like any
+plugin's commands), and ``plugins`` and ``import`` (the core of the command line, which
 :mod:`asrkit.cli` adds itself so that no plugin can replace them).
 
 Each module imports only click and cheap parts of asrkit: TensorFlow is loaded when a command
@@ -15,6 +15,7 @@ import click
 from asrkit import hookimpl
 from asrkit.commands.align import align_command
 from asrkit.commands.average import average_command
+from asrkit.commands.data_service import data_service_group
 from asrkit.commands.describe import describe_command
 from asrkit.commands.evaluate import evaluate_command
 from asrkit.commands.export import export_command
@@ -29,5 +30,5 @@ from asrkit.commands.unlock import unlock_command
 def register_commands(cli: click.Group) -> None:
     for command in (train_command, evaluate_command, average_command, transcribe_command,
                     align_command, segment_command, export_command, describe_command,
-                    tokenizer_group, unlock_command):
+                    tokenizer_group, unlock_command, data_service_group):
         cli.add_command(command)

@@ -4,6 +4,7 @@ TensorFlow and no input pipeline (:mod:`asrkit.pipeline.batches` reads it)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from asrkit.core.errors import AsrkitError
@@ -11,6 +12,10 @@ from asrkit.core.settings import MAX_BATCH_SIZE, MAX_SEED, setting, validate
 
 #: ``tf.data.AUTOTUNE``, without importing TensorFlow.
 AUTOTUNE = -1
+
+
+#: A tf.data service dispatcher's address: ``HOST:PORT``, optionally with ``grpc://``.
+SERVICE_ADDRESS = re.compile(r"^(grpc://)?[^\s:/]+:\d{1,5}$")
 
 
 class PipelineError(AsrkitError):
@@ -86,6 +91,13 @@ class PipelineConfig:
     parallel_calls: int = setting(AUTOTUNE, min=AUTOTUNE, max=1024)
     #: Batches prepared ahead, in memory; -1 lets tf.data tune it.
     prefetch: int = setting(AUTOTUNE, min=AUTOTUNE, max=256)
+    #: Training batches made by the workers of a tf.data service: its dispatcher's address,
+    #: ``HOST:PORT`` or ``grpc://HOST:PORT``; "" = none (made in the training process).
+    #: See docs/data-service.md for what changes (order, augmentation draws, resume).
+    service: str = ""
+    #: Seconds the training waits for the service (to reach its dispatcher, for a batch)
+    #: before it stops with an error, instead of waiting for ever.
+    service_timeout: float = setting(300.0, above=0, max=86_400)
 
     def __post_init__(self) -> None:
         validate(self, PipelineError)
@@ -111,9 +123,20 @@ class PipelineConfig:
         if self.reverb_rt60 and not self.reverb_drr_db:
             raise PipelineError("reverb_rt60 needs reverb_drr_db (the range of direct-to-"
                                 "reverberant ratios)")
+        if self.service and not SERVICE_ADDRESS.match(self.service):
+            raise PipelineError(f"pipeline.service must be a dispatcher's address HOST:PORT or "
+                                f"grpc://HOST:PORT, not {self.service!r}")
+        if self.service and self.cache != "none":
+            raise PipelineError("cache does not work with service: each service worker sees "
+                                "only a changing part of the split (set cache=none)")
         if self.reverb_rt60 and self.rir_folder:
             raise PipelineError("set reverb_rt60 (synthesised rooms) or rir_folder (recorded "
                                 "ones), not both")
+
+    @property
+    def service_target(self) -> str:
+        """The dispatcher's address as TensorFlow takes it (``grpc://HOST:PORT``)."""
+        return self.service if self.service.startswith("grpc://") else f"grpc://{self.service}"
 
     @property
     def spec_augment(self) -> bool:
@@ -146,4 +169,5 @@ class PipelineConfig:
             reverb_rt60=(),
             rir_folder="",
             with_text=True,
+            service="",
         )

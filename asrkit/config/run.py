@@ -36,8 +36,10 @@ from asrkit.core.settings import MAX_STEPS, apply, from_dict, to_dict
 from asrkit.types import ModelSpec
 
 #: Settings outside ``train`` that a resumed run may change: the size of its batches, like
-#: ``batch_size`` (after running out of memory), on which the weights do not depend.
-RESUMABLE = {("pipeline", "batch_seconds")}
+#: ``batch_size`` (after running out of memory), on which the weights do not depend, and where
+#: its batches are made (another tf.data service, or none).
+RESUMABLE = {("pipeline", "batch_seconds"), ("pipeline", "service"),
+             ("pipeline", "service_timeout")}
 #: The sections ``config.json`` must hold (``decoder`` and ``objective`` are absent in runs
 #: older than them).
 SAVED_SECTIONS = ("train", "model", "features", "pipeline")

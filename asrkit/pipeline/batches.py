@@ -24,6 +24,10 @@ partial batches are kept); shuffling is seeded and differs between epochs; with
 ``tf.distribute`` each input pipeline reads its own share of the shard files (or of the records,
 when there are fewer files than pipelines).
 
+With ``config.service`` (a tf.data service's dispatcher), the steps from the shard files to
+the features and SpecAugment run on the service's workers (:func:`_service_utterances`), and
+only shuffling and batching here: see :mod:`asrkit.pipeline.service`.
+
 Bucketing groups utterances of similar length so that padded frames, which cost as much compute
 as real ones, are few; :func:`padding_fraction` measures it. ``batch_seconds`` sizes each
 bucket's batches by a budget of padded audio instead of a count (:func:`batch_plan`).
@@ -43,10 +47,12 @@ from asrkit.config.pipeline import PipelineConfig, PipelineError
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.labels import Labels
+from asrkit.core.settings import MAX_SEED
 from asrkit.core.text import Alphabet
 from asrkit.dataset.shards import feature_spec, parse, shard_paths, shard_splits
 from asrkit.features import context_windows
 from asrkit.pipeline import augment
+from asrkit.pipeline.service import distribute
 from asrkit.types import FeatureConfig, FeatureExtractor
 
 if TYPE_CHECKING:
@@ -275,6 +281,10 @@ def make_dataset(
     every epoch inside one dataset (``Dataset.range(epochs).flat_map``) with the seed
     ``seed + epoch``, so that an epoch's order depends on the seed and the epoch alone (and a
     resumed run replays it exactly) without building a new pipeline every epoch.
+
+    With ``config.service`` set, the workers of that tf.data service make the utterances'
+    features (:func:`_service_utterances`, :mod:`asrkit.pipeline.service`) and this process
+    shuffles and batches them; ``seed`` must then be a number, not a tensor.
     """
     seed = (config or PipelineConfig()).seed if seed is None else seed
     config = config or PipelineConfig()
@@ -296,19 +306,24 @@ def make_dataset(
                               pipelines, index))
     calls = {"num_parallel_calls": config.parallel_calls, "deterministic": config.deterministic}
 
-    dataset = _records(files, config, pipelines, index, seed)
-    dataset = dataset.map(_reader(label_encoder(labels)), **calls)
-    if config.audio_augment:
-        dataset = _cache(dataset, config.cache, cache_name)  # audio: each epoch perturbs anew
-        dataset = _with_seeds(dataset, seed, salt=1).map(_audio_augmenter(config), **calls)
-    dataset = dataset.map(_featurizer(extractor, feature_config), **calls)
-    if not config.audio_augment:
-        dataset = _cache(dataset, config.cache, cache_name)
+    if config.service:
+        dataset = distribute(_service_utterances(files, split, labels, extractor,
+                                                 feature_config, config, pipelines, index,
+                                                 _python_seed(seed)), config)
+    else:
+        dataset = _records(files, config, pipelines, index, seed)
+        dataset = dataset.map(_reader(label_encoder(labels)), **calls)
+        if config.audio_augment:
+            dataset = _cache(dataset, config.cache, cache_name)  # audio: each epoch anew
+            dataset = _with_seeds(dataset, seed, salt=1).map(_audio_augmenter(config), **calls)
+        dataset = dataset.map(_featurizer(extractor, feature_config), **calls)
+        if not config.audio_augment:
+            dataset = _cache(dataset, config.cache, cache_name)
     if config.shuffle:
         dataset = dataset.shuffle(
             config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True
         )
-    if config.spec_augment:
+    if config.spec_augment and not config.service:  # the service's workers mask
         dataset = _with_seeds(dataset, seed, salt=2).map(_masker(config), **calls)
     dataset = _batch(dataset, edges, batch_sizes, labels.blank)
     dataset = dataset.map(_finisher(config), **calls).prefetch(config.prefetch)
@@ -343,6 +358,60 @@ def _records(
         deterministic=config.deterministic,
     )
     return dataset if by_file else dataset.shard(pipelines, index)
+
+
+def _python_seed(seed: int | tf.Tensor | None) -> int:
+    """The service's seed as a number (the file order is drawn in Python); None: a fresh one."""
+    import numpy as np
+
+    if seed is None:
+        return int(np.random.default_rng().integers(MAX_SEED))
+    return int(seed)
+
+
+def _service_utterances(
+    files: list[str], split: str, labels: Labels, extractor: FeatureExtractor,
+    feature_config: FeatureConfig, config: PipelineConfig, pipelines: int, index: int,
+    seed: int,
+) -> tf.data.Dataset:
+    """What the tf.data service's workers make: each utterance's features, augmented and
+    masked (the expensive part); shuffling and batching stay in the training process, where
+    they mix every worker's utterances. Each utterance's augmentation is drawn from ``seed``
+    and its id, the same whichever worker makes it, and in whatever order."""
+    if not isinstance(labels, Alphabet):
+        raise PipelineError("service: a tokenizer's labels are encoded in Python, which "
+                            "tf.data service workers cannot run; train without the service")
+    calls = {"num_parallel_calls": config.parallel_calls, "deterministic": config.deterministic}
+    dataset = _splittable_records(files, split, pipelines, index, seed)
+    dataset = dataset.map(_reader(label_encoder(labels)), **calls)
+    if config.audio_augment:
+        dataset = _keyed_seeds(dataset, seed, salt=1).map(_audio_augmenter(config), **calls)
+    dataset = dataset.map(_featurizer(extractor, feature_config), **calls)
+    if config.spec_augment:
+        dataset = _keyed_seeds(dataset, seed, salt=2).map(_masker(config), **calls)
+    return dataset.prefetch(config.prefetch)
+
+
+def _splittable_records(
+    files: list[str], split: str, pipelines: int, index: int, seed: int,
+) -> tf.data.Dataset:
+    """This pipeline's share of the files, in an order drawn from ``seed``, read one file at a
+    time: the tf.data service's dispatcher splits the dataset at its first source, the file
+    names, and gives each worker the next file when it asks for one. Shuffling the names or
+    reading several files at once inside the dataset would make the first worker take every
+    file before another asks."""
+    import numpy as np
+    import tensorflow as tf
+
+    if len(files) < pipelines:
+        raise PipelineError(
+            f"service: the {pipelines} input pipelines of this training need at least as many "
+            f"shard files of split {split!r} ({len(files)}); train without the service, or "
+            "re-import the dataset in more shards")
+    share = files[index::pipelines]
+    order = np.random.default_rng(seed).permutation(len(share))
+    dataset = tf.data.Dataset.from_tensor_slices([share[i] for i in order])
+    return dataset.flat_map(tf.data.TFRecordDataset)
 
 
 def _reader(
@@ -532,6 +601,21 @@ def _with_seeds(
     seeds = tf.data.Dataset.random(seed=stream_seed, rerandomize_each_iteration=True)
     seeds = seeds.map(lambda value: tf.stack([value, tf.constant(salt, tf.int64)]))
     return tf.data.Dataset.zip(dataset, seeds)
+
+
+def _keyed_seeds(dataset: tf.data.Dataset, seed: int, salt: int) -> tf.data.Dataset:
+    """Pair each utterance with a stateless seed ``[2]`` drawn from ``seed`` and its id: the
+    same whichever service worker makes it, and in whatever order; new each epoch (the seed is
+    ``seed + epoch``)."""
+    import tensorflow as tf
+
+    stream = tf.constant(seed * 1000 + salt, tf.int64)
+
+    def pair(element: Element) -> tuple[Element, tf.Tensor]:
+        key = tf.strings.to_hash_bucket_fast(element["id"], 2**62)
+        return element, tf.stack([key, stream])
+
+    return dataset.map(pair)
 
 
 def _python_encoder(labels: Labels) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:

@@ -14,6 +14,7 @@ final weights included.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import replace
@@ -28,6 +29,7 @@ from asrkit.pipeline.batches import (
     estimated_batches,
     make_dataset,
 )
+from asrkit.pipeline.service import ServiceError, TimedBatches
 from asrkit.train.failures import (
     Interrupt,
     NonFiniteLosses,
@@ -35,6 +37,7 @@ from asrkit.train.failures import (
     lost_workers_are_errors,
     out_of_memory_is_an_error,
 )
+from asrkit.train.strategy import is_multi_worker
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -79,6 +82,12 @@ def epoch_batches(run: Run, strategy: tf.distribute.Strategy, dataset_dir: Path,
     config, replicas = run.train, strategy.num_replicas_in_sync
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        per_pipeline = replicas // context.num_input_pipelines
+        if pipeline.service:
+            data = service_epochs(context)
+            return data.skip(skip_steps * per_pipeline).with_options(
+                dataset_options(pipeline, context))
+
         # Plain Python building a pipeline: AutoGraph must not rewrite its conditionals.
         @tf.autograph.experimental.do_not_convert
         def epoch(number: tf.Tensor) -> tf.data.Dataset:
@@ -87,10 +96,21 @@ def epoch_batches(run: Run, strategy: tf.distribute.Strategy, dataset_dir: Path,
                                 seed=number + config.seed)
             return data.map(lambda batch: {**batch, "epoch": number})
 
-        per_pipeline = replicas // context.num_input_pipelines
         data = tf.data.Dataset.range(start, stop).flat_map(epoch)
         data = data.skip(skip_steps * per_pipeline)
         return data.with_options(dataset_options(pipeline, context))
+
+    def service_epochs(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # The service's workers make each epoch, one job an epoch; the batches come in the
+        # order they are done, so a resumed epoch skips as many batches, not the same ones.
+        data = None
+        for number in range(start, stop):
+            made = make_dataset(dataset_dir, config.train_split, run.labels, extractor,
+                                run.feature_config, pipeline, context, seed=number + config.seed)
+            epoch = tf.constant(number, tf.int64)
+            part = made.map(lambda batch, n=epoch: {**batch, "epoch": n})
+            data = part if data is None else data.concatenate(part)
+        return data
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 
@@ -129,7 +149,9 @@ class StepLoop:
             # With several replicas a step takes several batches, which must not straddle
             # two epochs: then each epoch gets a dataset of its own.
             # So must a growth, which rebuilds the step.
-            stop = config.epochs if self.replicas == 1 and not self.growth else state.epoch + 1
+            # So must the tf.data service, which is given one epoch at a time.
+            whole = self.replicas == 1 and not self.growth and not self.run.pipeline.service
+            stop = config.epochs if whole else state.epoch + 1
             with lost_workers_are_errors(self.run.folder), out_of_memory_is_an_error(self.run):
                 self._train(state, stop)
         if not state.finished:
@@ -140,12 +162,37 @@ class StepLoop:
             self.trained.save("latest", state)
 
     def _train(self, state: LoopState, stop: int) -> None:
+        if not self.run.pipeline.service:
+            self._train_on(self._batches(state, stop), state)
+            return
+        try:
+            with contextlib.closing(TimedBatches(self._batches(state, stop),
+                                                 self.run.pipeline)) as batches:
+                self._train_on(batches, state)
+        except ServiceError as error:
+            if not state.global_step:  # nothing trained: the same command again
+                raise
+            raise self._service_lost(error, state) from None
+
+    def _batches(self, state: LoopState, stop: int) -> tf.distribute.DistributedDataset:
+        return epoch_batches(self.run, self.strategy, self.dataset_dir, self.extractor,
+                             state.epoch, stop, state.step_in_epoch)
+
+    def _service_lost(self, error: ServiceError, state: LoopState) -> ServiceError:
+        """The error that stops a run whose tf.data service went away, its steps saved (by a
+        single worker: several would each wait for the others' part of the save)."""
+        if not is_multi_worker():
+            self.trained.save("latest", state)
+        saved = "" if is_multi_worker() else f"saved at step {state.global_step}: "
+        return ServiceError(f"{error}; {saved}once it runs again, continue with: asrkit train "
+                            f"--resume {self.run.folder}")
+
+    def _train_on(self, batches: tf.distribute.DistributedDataset | TimedBatches,
+                  state: LoopState) -> None:
         config, trained = self.config, self.trained
-        last_save = time.monotonic()
-        batches = epoch_batches(self.run, self.strategy, self.dataset_dir, self.extractor,
-                                state.epoch, stop, state.step_in_epoch)
         # The same step for every batch here: a growth ends the dataset with its epoch.
         train_step = trained.compile_step(batches.element_spec)
+        last_save = time.monotonic()
         for batch in batches:
             epoch = int(self.strategy.experimental_local_results(batch["epoch"])[0])
             if epoch != state.epoch:
