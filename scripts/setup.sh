@@ -6,16 +6,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-command -v sox >/dev/null || need_apt+=(sox libsox-fmt-all)
-command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
-# The open-vocabulary corpus (benchmarks/open_vocab.py): a second synthesiser and real English text.
-command -v flite >/dev/null || need_apt+=(flite)
-[ -f /usr/share/games/fortunes/fortunes ] || need_apt+=(fortunes)
+why=()  # what each is for: said in the one line before apt-get runs
+need() { why+=("$1"); need_apt+=("${@:2}"); }  # need REASON PACKAGE...
+command -v sox >/dev/null || need "sox: asrkit reads and converts audio" sox libsox-fmt-all
+# The tests' synthesised speech, and the open-vocabulary benchmark corpus (benchmarks/open_vocab.py):
+# a second synthesiser and real English text.
+command -v espeak-ng >/dev/null || need "espeak-ng: speech for the tests and benchmarks" espeak-ng
+command -v flite >/dev/null || need "flite: the benchmark's second voice" flite
+[ -f /usr/share/games/fortunes/fortunes ] || need "fortunes: the benchmark's English text" fortunes
 # The benchmark LM's word list (bench_learning.py --lm): a spelling dictionary.
-[ -f /usr/share/dict/american-english ] || need_apt+=(wamerican)
+[ -f /usr/share/dict/american-english ] || need "wamerican: the benchmark LM's word list" wamerican
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" = 0 ]; then sudo=(); else sudo=(sudo); fi
-  echo "setup: installing ${need_apt[*]} (apt-get)"
+  reasons=$(IFS=';'; echo "${why[*]}")
+  echo "setup: apt-get install ${need_apt[*]} (${reasons//;/; })"
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi

@@ -96,6 +96,18 @@ def add_commands(plugins):
     return plugins
 
 
+def hook_section(hook: str) -> tuple[str, str]:
+    """The section of the plugin-hook pages (``docs/hooks-*.md``) about ``hook``: its page's
+    name, for messages, and its text up to the next section."""
+    import re
+
+    for page in sorted((ROOT / "docs").glob("hooks-*.md")):
+        found = re.search(rf"^## `{hook}`\n(.*?)(?=^## |\Z)", page.read_text(), re.S | re.M)
+        if found:
+            return f"docs/{page.name}", found.group(1)
+    raise AssertionError(f"no docs/hooks-*.md page has a section for {hook}")
+
+
 def run_doc_snippet(page: str, marker: str, replacements: dict[str, str], blocked: tuple[str, ...],
                     cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run the Python snippet of ``docs/PAGE`` that follows ``<!-- MARKER -->``, with its example

@@ -237,6 +237,35 @@ LIBRISPEECH_SUBSETS: dict[str, tuple[str, ...]] = {
     "dev-clean-2": ("2830-3980-0043", "8455-210777-0068"),
 }
 
+#: Where the archives lie on the corpora's hosts, paths a mirror keeps (``--mirror URL``).
+LIBRISPEECH_PATH = "resources/12"
+TED_PATHS = {1: "resources/7/TEDLIUM_release1.tar.gz",
+             2: "resources/19/TEDLIUM_release2.tar.gz",
+             3: "resources/51/TEDLIUM_release-3.tgz"}
+AN4_PATH = "databases/an4/an4_sphere.tar.gz"
+
+#: A few real utterances a subset, for command lines written for the real corpus (the README's
+#: quick start, the recipes): the 100 h subsets, then the others of the 960 h.
+LIBRISPEECH_SMALL: dict[str, tuple[str, ...]] = {
+    "train-clean-100": ("61-70968-0000", "61-70968-0001", "1089-134691-0000",
+                        "2412-153948-0000", "4507-16021-0012"),
+    "dev-clean": ("2830-3980-0043", "61-70968-0002"),
+    "test-clean": ("8455-210777-0068", "4507-16021-0012"),
+    # An utterance is in one subset of a split: the 960 h train and dev splits join subsets.
+    "train-clean-360": ("2830-3980-0043",),
+    "train-other-500": ("8455-210777-0068",),
+    "dev-other": ("1089-134691-0000",),
+}
+
+
+def serve_librispeech(server, subsets: dict[str, Sequence[str]]) -> None:
+    """Serve each subset's archive (of these utterances) where openslr has it, on ``server`` (a
+    :class:`asrkit.testing.CorpusServer`)."""
+    for subset, ids in subsets.items():
+        fixture = librispeech(subset, ids)
+        server.add_file(f"{LIBRISPEECH_PATH}/{fixture.filename}", fixture.data)
+
+
 _LIBRISPEECH_README = """\
 LibriSpeech ASR corpus (asrkit test fixture in the real layout)
 

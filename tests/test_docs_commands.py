@@ -23,25 +23,30 @@ from asrkit.plugins import get_plugins
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-         *sorted((ROOT / "plugins").glob("*/README.md"))]
+         *sorted((ROOT / "plugins").glob("*/README.md")),
+         *sorted((ROOT / "recipes").rglob("*.md")), *sorted((ROOT / "recipes").rglob("*.sh"))]
 #: The languages of shell code blocks (none given: shell too).
 SHELL = ("", "sh", "bash", "console", "shell")
 #: Where a command ends on its line: a comment, a pipe, a redirection, another command.
 END = re.compile(r"\s(?:#|\||>|2>|&&|;)")
 
 
-def command_lines() -> Iterator[tuple[str, int, str]]:
+def command_lines(pages: list[Path] = PAGES) -> Iterator[tuple[str, int, str]]:
     """``(page, line number, command)`` for every asrkit command line of the pages: in their
-    shell blocks, and in their text as code (`` `asrkit evaluate RUN --decoder beam` ``)."""
-    for page in PAGES:
+    shell blocks, and in their text as code (`` `asrkit evaluate RUN --decoder beam` ``). A
+    shell script (``.sh``) is one shell block."""
+    for page in pages:
         text = page.read_text()
+        shift = 0  # lines added before the page's own
+        if page.suffix == ".sh":
+            text, shift = f"```sh\n{text}\n```", 1
         for span in re.finditer(r"`(asrkit [^`]+)`", text):
-            yield page.relative_to(ROOT).as_posix(), text.count("\n", 0, span.start()) + 1, \
-                span.group(1)
+            yield page.relative_to(ROOT).as_posix(), \
+                text.count("\n", 0, span.start()) + 1 - shift, span.group(1)
         for first, lines in shell_blocks(text):
             index = 0
             while index < len(lines):
-                line, number = lines[index].strip(), first + index
+                line, number = lines[index].strip(), first + index - shift
                 while line.endswith("\\") and index + 1 < len(lines):
                     index += 1
                     line = line[:-1] + " " + lines[index].strip()
@@ -144,7 +149,9 @@ LINES = [(page, number, command) for page, number, command in command_lines()
 
 def test_the_pages_hold_command_lines():
     pages = {page for page, _, _ in LINES}
-    assert len(LINES) > 50 and {"README.md", "docs/cli.md", "docs/transducers.md"} <= pages
+    assert len(LINES) > 50 and {"README.md", "docs/cli.md", "docs/transducers.md",
+                                "recipes/an4/README.md", "recipes/an4/ds2.sh",
+                                "recipes/common.sh"} <= pages
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The model plugin of docs/plugin-model.md ("A model plugin") works as written: installed
 with pip, it trains, evaluates, transcribes and exports through the ``asrkit`` command and passes
-its own contract test; and the model example of docs/hooks.md keeps the model contract."""
+its own contract test; and the model example of docs/hooks-models.md keeps the model contract."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 
 from asrkit.testing import check_output_lengths, check_padding
 from asrkit.testing.models import sample_clip
-from tests.conftest import run_asrkit
-from tests.test_docs import DOCS, install_tutorial
+from tests.conftest import hook_section, run_asrkit
+from tests.test_docs import install_tutorial
 
 PACKAGE = "asrkit-model-tinyconv"
 #: Wall-clock limit of each command: minutes, since the test machine may be shared.
@@ -73,16 +73,15 @@ def test_model_plugin_passes_its_own_contract_test(site, tmp_path):
 
 
 def hooks_model_example() -> str:
-    text = (DOCS / "hooks.md").read_text()
-    section = re.search(r"^## `register_models`\n(.*?)(?=^## )", text, re.S | re.M).group(1)
+    _, section = hook_section("register_models")
     return re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)[-1]
 
 
 def test_hooks_model_example_keeps_the_contract():
-    """The example in docs/hooks.md once built a one-input model, which the engine's
+    """The example in docs/hooks-models.md once built a one-input model, which the engine's
     ``model((features, lengths))`` call broke on."""
     namespace: dict = {}
-    exec(compile(hooks_model_example(), "docs/hooks.md", "exec"), namespace)
+    exec(compile(hooks_model_example(), "docs/hooks-models.md", "exec"), namespace)
     spec = namespace["TinyModel"]()
     config = spec.Config(units=8)
     assert check_output_lengths(spec, config, 26) == 1

@@ -1,10 +1,10 @@
-"""The objective plugin of docs/hooks.md ("`register_objectives`") works as written: the page's
-plugin module, packaged with the page's entry point and installed with pip, keeps the objective
-contract (the page's own test of it passes); run by the ``asrkit`` command as a user runs it, it
-is listed with its distribution and settings, trains with ``-o objective=smoothed-ctc -o
-objective.weight=...``, is scored by ``asrkit evaluate`` with its own loss, and is transcribed
-and exported as any run (its outputs are CTC logits), the export transcribing as the run does;
-a resumed run keeps its objective."""
+"""The objective plugin of docs/hooks-models.md ("`register_objectives`") works as written: the
+page's plugin module, packaged with the page's entry point and installed with pip, keeps the
+objective contract (the page's own test of it passes); run by the ``asrkit`` command as a user
+runs it, it is listed with its distribution and settings, trains with ``-o objective=smoothed-ctc
+-o objective.weight=...``, is scored by ``asrkit evaluate`` with its own loss, and is transcribed
+and exported as any run (its outputs are CTC logits), the export transcribing as the run does; a
+resumed run keeps its objective."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from asrkit.testing import check_objective
-from tests.conftest import SPEECH, TINY, run_asrkit
-from tests.test_docs import DOCS
+from tests.conftest import SPEECH, TINY, hook_section, run_asrkit
 
 #: The distribution the page's module is installed as.
 PACKAGE = "asrkit-objective-smoothed"
@@ -30,8 +29,7 @@ TIMEOUT = 600
 
 def hooks_objective_blocks(language: str = "python") -> list[str]:
     """The ``language`` code blocks of the page's section on ``register_objectives``."""
-    text = (DOCS / "hooks.md").read_text()
-    section = re.search(r"^## `register_objectives`\n(.*?)(?=^## )", text, re.S | re.M).group(1)
+    _, section = hook_section("register_objectives")
     return re.findall(rf"^```{language}\n(.*?)^```", section, re.S | re.M)
 
 
@@ -69,7 +67,7 @@ def plugin(site) -> Iterator[types.ModuleType]:
 def test_the_example_keeps_the_contract_as_its_own_test_says(plugin):
     [test] = [block for block in hooks_objective_blocks() if "def test_" in block]
     namespace = dict(plugin.__dict__)
-    exec(compile(test, "docs/hooks.md", "exec"), namespace)
+    exec(compile(test, "docs/hooks-models.md", "exec"), namespace)
     namespace["test_smoothed_ctc_keeps_the_contract"]()
     check_objective(plugin.SmoothedCTC(), plugin.SmoothedCTCConfig(weight=0.0))
     check_objective(plugin.SmoothedCTC(), plugin.SmoothedCTCConfig(weight=10.0))

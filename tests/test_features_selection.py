@@ -69,7 +69,7 @@ def last_line(result) -> str:
     (["features=undeclared"], "asrkit: error: feature settings Unframed declare no sample_rate, "
                               "window_ms, step_ms: a feature extractor's Config must declare "
                               "sample_rate, window_ms and step_ms (subclass "
-                              "asrkit.types.FeatureConfig; see docs/hooks.md)"),
+                              "asrkit.types.FeatureConfig; see docs/hooks-data.md)"),
     (["features=ones", "features.sample_rate=8000"],
      "asrkit: error: features 'ones': features at 8000 Hz; asrkit decodes all audio to 16000 "
      "Hz (set -o features.sample_rate=16000)"),

@@ -18,9 +18,7 @@ from asrkit.core.errors import AsrkitError
 from asrkit_importers.ted import RELEASES, TedImporter, kaldi_id, parse_stm
 from tests import corpora
 
-MIRROR_PATHS = {1: "resources/7/TEDLIUM_release1.tar.gz",
-                2: "resources/19/TEDLIUM_release2.tar.gz",
-                3: "resources/51/TEDLIUM_release-3.tgz"}
+MIRROR_PATHS = corpora.TED_PATHS
 
 
 def _legacy(fixture: corpora.Fixture) -> list[corpora.Expected]:

@@ -21,12 +21,8 @@ from tests import corpora
 from tests.conftest import ROOT, run_asrkit
 
 #: The fixture subsets: a few real utterances each, the subsets' names as the README's.
-SUBSETS = {
-    "train-clean-100": ("61-70968-0000", "61-70968-0001", "1089-134691-0000",
-                        "2412-153948-0000", "4507-16021-0012"),
-    "dev-clean": ("2830-3980-0043", "61-70968-0002"),
-    "test-clean": ("8455-210777-0068", "4507-16021-0012"),
-}
+SUBSETS = {subset: corpora.LIBRISPEECH_SMALL[subset]
+           for subset in ("train-clean-100", "dev-clean", "test-clean")}
 #: Steps per training: one epoch is one batch here (the cpu preset's 8 utterances), so five
 #: steps keep the five checkpoints that ``asrkit average --last 5`` averages.
 STEPS = 5
@@ -58,9 +54,7 @@ def test_readme_quick_start(tmp_path, corpus_server):
     commands = quick_start()
     assert len(commands) >= 10 and all(c.startswith("asrkit ") for c in commands), commands
     assert any(c.endswith(" -o keep_checkpoints=5") for c in commands)  # continuations joined
-    for subset, ids in SUBSETS.items():
-        fixture = corpora.librispeech(subset, ids)
-        corpus_server.add_file(f"resources/12/{fixture.filename}", fixture.data)
+    corpora.serve_librispeech(corpus_server, SUBSETS)
     work = tmp_path / "work"
     work.mkdir()
     corpora.sox(corpora.librispeech_clips()["61-70968-0000"].path, work / "talk.mp3")

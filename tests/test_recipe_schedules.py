@@ -122,6 +122,19 @@ def test_noam_follows_its_formula():
         TrainConfig(lr_schedule="noam")
 
 
+def test_settings_checked_together_may_come_in_any_order():
+    """``-o lr_schedule=noam -o warmup_steps=N``: noam is checked with its warm-up, not before
+    the next ``-o`` sets it."""
+    from asrkit.core.settings import apply
+
+    config = apply(TrainConfig(), [("lr_schedule", "noam"), ("warmup_steps", "100")])
+    assert (config.lr_schedule, config.warmup_steps) == ("noam", 100)
+    assert apply(TrainConfig(), [("epochs", "3"), ("epochs", "5")]).epochs == 5  # later wins
+    with pytest.raises(AsrkitError, match="noam needs warmup_steps"):
+        apply(TrainConfig(), [("warmup_steps", "100"), ("lr_schedule", "noam"),
+                              ("warmup_steps", "0")])
+
+
 def test_newbob_decays_only_after_a_poor_evaluation():
     config = TrainConfig(learning_rate=0.1, lr_schedule="newbob", newbob_threshold=0.05,
                          newbob_factor=0.5)

@@ -1,7 +1,7 @@
 """Tokenizers: the ``register_tokenizers`` hook, ``asrkit tokenizer build``, and runs trained on
 a tokenizer's labels (``-o tokenizer=FILE``), which keep a copy of its file.
 
-The tokenizer here is the worked example of docs/hooks.md (marked letters), extracted from the
+The tokenizer here is the worked example of docs/hooks-data.md (marked letters), extracted from the
 page and registered as a plugin: what a stranger reading the docs would write."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import TINY, hook_section
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 QUICK = ["--batch-size", "4", "-o", "max_steps=2", "-o", "eval_every_minutes=0",
@@ -21,12 +21,11 @@ QUICK = ["--batch-size", "4", "-o", "max_steps=2", "-o", "eval_every_minutes=0",
 
 
 def hooks_tokenizer_example() -> types.ModuleType:
-    """The tokenizer example of docs/hooks.md, as a plugin module."""
-    text = (DOCS / "hooks.md").read_text()
-    section = re.search(r"^## `register_tokenizers`\n(.*?)(?=^## )", text, re.S | re.M).group(1)
+    """The tokenizer example of docs/hooks-data.md, as a plugin module."""
+    _, section = hook_section("register_tokenizers")
     source = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)[-1]
     module = types.ModuleType("letters_tokenizer")
-    exec(compile(source, "docs/hooks.md", "exec"), module.__dict__)
+    exec(compile(source, "docs/hooks-data.md", "exec"), module.__dict__)
     return module
 
 

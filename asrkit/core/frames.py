@@ -70,7 +70,7 @@ class Framing:
             raise FeatureError(
                 f"feature settings {type(config).__name__} declare no {', '.join(missing)}: a "
                 "feature extractor's Config must declare sample_rate, window_ms and step_ms "
-                "(subclass asrkit.types.FeatureConfig; see docs/hooks.md)"
+                "(subclass asrkit.types.FeatureConfig; see docs/hooks-data.md)"
             )
         rate = config.sample_rate
         window = _round_half_up(config.window_ms / 1000 * rate)

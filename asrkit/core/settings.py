@@ -364,24 +364,30 @@ def override(config: Any, key: str, value: Any, prefix: str = "") -> Any:
     command line's form), any other value is taken as it is (a preset's typed value); then
     checked by :func:`validate`. ``prefix`` (``decoder.``) is how the user wrote the key, for
     the messages."""
-    names = [f.name for f in fields(config)]
-    if key not in names:
-        raise AsrkitError(
-            f"unknown setting {key!r} for {type(config).__name__}; "
-            f"known: {', '.join(sorted(names))}"
-        )
-    kind = field_types(type(config))[key]
-    typed = parse_value(value, kind, prefix + key) if isinstance(value, str) else value
-    changed = replace(config, **{key: typed})
-    validate(changed)
-    return changed
+    return apply(config, [(key, value)], prefix)
 
 
 def apply(config: Any, pairs: Iterable[tuple[str, Any]], prefix: str = "") -> Any:
-    """``config`` with every ``(key, value)`` of ``pairs`` set by :func:`override`, in order."""
+    """``config`` with every ``(key, value)`` of ``pairs`` set as :func:`override` sets one, a
+    later value of a key winning; the config is built and checked once with all of them, so
+    that settings checked together (``lr_schedule=noam`` needs ``warmup_steps``) may come in
+    any order."""
+    names = [f.name for f in fields(config)]
+    kinds = field_types(type(config))
+    changes = {}
     for key, value in pairs:
-        config = override(config, key, value, prefix)
-    return config
+        if key not in names:
+            raise AsrkitError(
+                f"unknown setting {key!r} for {type(config).__name__}; "
+                f"known: {', '.join(sorted(names))}"
+            )
+        changes[key] = (parse_value(value, kinds[key], prefix + key) if isinstance(value, str)
+                        else value)
+    if not changes:
+        return config
+    changed = replace(config, **changes)
+    validate(changed)
+    return changed
 
 
 # -- JSON: run folders ---------------------------------------------------------------------------

@@ -19,7 +19,8 @@ Fixtures:
     runs the ``asrkit`` command line in-process and returns exit code, stdout and stderr.
 ``corpus_server``
     a real HTTP server on 127.0.0.1 with ``Range`` support that can drop connections or fail
-    requests on purpose, for testing downloads as they fail in the wild.
+    requests on purpose, for testing downloads as they fail in the wild; ``serve_corpora()`` is
+    the same server as a context manager, for a fixture of a wider scope.
 ``tiny_dataset``
     (session) the folder of asrkit's bundled ``sample`` corpus imported once: 19 real clips
     (train 16, dev 2, test 1), for ``asrkit train --dataset <folder>``.
@@ -45,6 +46,7 @@ import hashlib
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -77,6 +79,7 @@ from asrkit.testing.tokenizers import __all__ as _tokenizer_checks
 __all__ = ["check_export", "check_extractor", "check_model", "check_output_lengths",
            "check_streaming_model",
            "check_padding", "check_precision", "check_training", "import_sample", "make_tiny_run",
+           "serve_corpora",
            *_decoder_checks, *_objective_checks, *_tokenizer_checks]
 
 
@@ -242,6 +245,14 @@ def _handler(server: CorpusServer) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture
 def corpus_server() -> Iterator[CorpusServer]:
     """A real HTTP server on 127.0.0.1 serving in-memory files, with fault injection."""
+    with serve_corpora() as server:
+        yield server
+
+
+@contextmanager
+def serve_corpora() -> Iterator[CorpusServer]:
+    """The :func:`corpus_server` fixture's server, for a fixture of a wider scope (a module's
+    tests sharing one mirror): it serves until the ``with`` block ends."""
     state = CorpusServer()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     httpd.daemon_threads = True
