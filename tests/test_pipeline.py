@@ -168,6 +168,8 @@ def test_automatic_bucket_edges_come_from_the_csv_or_the_shards(
     for shard in (corpus.path / "shards").iterdir():
         (bare / "shards" / shard.name).write_bytes(shard.read_bytes())
     assert sorted(utterance_samples(bare, "train")) == lengths
+    # ... also when the pipeline is built while a graph is traced.
+    assert sorted(tf.function(lambda: utterance_samples(bare, "train"))()) == lengths
     # asrkit's own manifests add a duration column (seconds, 4 decimals), preferred when there.
     with (bare / "train.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)

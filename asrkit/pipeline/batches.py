@@ -162,9 +162,12 @@ def _shard_samples(dataset_dir: str | Path, split: str) -> list[int]:
 
     spec = {"num_samples": feature_spec()["num_samples"]}
     files = [str(p) for p in shard_paths(dataset_dir, split)]
-    records = tf.data.TFRecordDataset(files).batch(1024)
-    counts = records.map(lambda batch: tf.io.parse_example(batch, spec)["num_samples"])
-    return [int(n) for batch in counts.as_numpy_iterator() for n in batch]
+    # The lengths are read once, eagerly, also when the pipeline is built inside a graph (a
+    # tf.function or a graph that makes an epoch's dataset): iterating needs eager execution.
+    with tf.init_scope():
+        records = tf.data.TFRecordDataset(files).batch(1024)
+        counts = records.map(lambda batch: tf.io.parse_example(batch, spec)["num_samples"])
+        return [int(n) for batch in counts.as_numpy_iterator() for n in batch]
 
 
 def auto_boundaries(samples: Sequence[int], num_buckets: int, batch_size: int) -> list[int]:
