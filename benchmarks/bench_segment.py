@@ -185,7 +185,7 @@ def main() -> None:
     parser.add_argument("--utterances", type=int, default=150)
     parser.add_argument("--gap", type=float, nargs=2, default=(0.5, 2.0))
     parser.add_argument("--wrong", type=int, default=5)
-    parser.add_argument("--min-confidence", type=float, default=0.1)
+    parser.add_argument("--min-confidence", type=float, default=0.02)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 @click.option("--split-sentences", is_flag=True,
               help="The text is running prose: split it into sentences, one utterance each "
                    "[default: one utterance a line].")
-@click.option("--min-confidence", type=FiniteFloat(min=0.0, max=1.0), default=0.1,
+@click.option("--min-confidence", type=FiniteFloat(min=0.0, max=1.0), default=0.02,
               show_default=True,
               help="Utterances scoring less are listed but not cut; 0 keeps every one.")
 @click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",

@@ -96,9 +96,10 @@ if TYPE_CHECKING:
     from asrkit.core.labels import Labels
 
 #: Default of ``--min-confidence``: utterances scoring less are not cut. On the benchmark
-#: (docs/benchmarks.md) it keeps 92 % of the right lines of a briefly trained model and drops
-#: every line the audio does not hold.
-DEFAULT_MIN_CONFIDENCE = 0.1
+#: (docs/benchmarks.md) it keeps 96-97 % of the right lines of a briefly trained model, in
+#: recordings with short pauses and with long silences, and drops every line the audio does not
+#: hold (those score 0.004 or less).
+DEFAULT_MIN_CONFIDENCE = 0.02
 #: The stretch of an utterance over which the confidence averages the path's log-probabilities.
 SCORE_SECONDS = 1.0
 #: An utterance's clip reaches this far into the pause on each side (at most half way to its
