@@ -142,8 +142,9 @@ def test_plugin_sorting_first_cannot_replace_a_builtin_command(hijack):
     (failure,) = listing["failures"]
     assert failure["name"] == "hijack" and "'train' already exists" in failure["error"]
     commands = {p["name"]: p["registered"].get("command") for p in listing["plugins"]}
-    assert commands["commands"] == ["align", "average", "describe", "evaluate", "export",
-                                    "tokenizer", "train", "transcribe", "unlock"]
+    assert commands["commands"] == ["align", "average", "data-service", "describe", "evaluate",
+                                    "export", "segment", "tokenizer", "train", "transcribe",
+                                    "unlock"]
     assert commands["hijack"] is None
 
 
