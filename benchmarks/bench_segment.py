@@ -54,12 +54,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from open_vocab import fortune_sentences, plan_corpus, synthesise  # noqa: E402
+from open_vocab import (  # noqa: E402
+    Utterance,
+    fortune_sentences,
+    plan_corpus,
+    synthesise,
+    trimmed_16k,
+)
 
 RATE = 16000
-#: A sample this loud (of 32768) or louder is speech: espeak-ng's silence is exact zeros, and
-#: resampling rings a few units around the edges.
-EDGE_LEVEL = 16
 #: The thresholds whose effect is reported (the share of true utterances each keeps, the wrong
 #: lines each drops).
 THRESHOLDS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
@@ -72,30 +75,27 @@ class Spoken:
     end: float
 
 
-def load_16k(path: Path, folder: Path) -> np.ndarray:
-    """A file as 16 kHz mono int16, cut to its first and last sounding sample."""
-    resampled = folder / "utterance16.wav"
-    subprocess.run(["sox", str(path), "-r", str(RATE), "-b", "16", "-c", "1", str(resampled)],
-                   check=True)
-    with wave.open(str(resampled)) as handle:
-        samples = np.frombuffer(handle.readframes(handle.getnframes()), "<i2")
-    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) >= EDGE_LEVEL)
-    return samples[loud[0]:loud[-1] + 1] if len(loud) else samples[:0]
-
-
 def build(corpus: Path, count: int, gap: tuple[float, float], rng: random.Random,
           folder: Path) -> tuple[Path, list[Spoken]]:
     """The long recording (a WAV in ``folder``) of the corpus's first ``count`` test
-    utterances joined by gaps, and where each one's speech is."""
-    plan = plan_corpus(fortune_sentences(), 2000, 100, 150, 1)
-    tests = [u for u in plan.utterances if u.split == "test"][:count]
+    utterances joined by gaps, and where each one's speech is. A made corpus's own plan
+    (``plan.json``) names them: its test sentences are the ones its runs never trained on, and
+    its files are read, never written; without one, the default plan is synthesised in
+    ``folder``."""
+    if (corpus / "plan.json").is_file():
+        planned = json.loads((corpus / "plan.json").read_text())["utterances"]
+        tests = [Utterance(**u) for u in planned if u["split"] == "test"][:count]
+    else:
+        plan = plan_corpus(fortune_sentences(), 2000, 100, 150, 1)
+        tests = [u for u in plan.utterances if u.split == "test"][:count]
+        corpus = folder / "openvocab"
     pieces: list[np.ndarray] = []
     spoken: list[Spoken] = []
     position = 0
     for utterance in tests:
         synthesise(utterance, corpus)  # kept when already made
         silence = np.zeros(int(rng.uniform(*gap) * RATE), np.int16)
-        audio = load_16k(corpus / utterance.file, folder)
+        audio = trimmed_16k(corpus / utterance.file, folder)
         pieces += [silence, audio]
         position += len(silence)
         spoken.append(Spoken(utterance.text, position / RATE, (position + len(audio)) / RATE))
@@ -194,8 +194,8 @@ def main() -> None:
     report: dict[str, Any] = {"run": str(args.run), "min_confidence": args.min_confidence}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        corpus = args.corpus or folder / "openvocab"
-        audio, spoken = build(corpus, args.utterances, tuple(args.gap), rng, folder)
+        audio, spoken = build(args.corpus or folder / "openvocab", args.utterances,
+                              tuple(args.gap), rng, folder)
         report["recording_minutes"] = round(spoken[-1].end / 60, 2)
         found, seconds, warnings = segment(audio, [s.text for s in spoken], args.run,
                                            folder / "clean", args.min_confidence)
