@@ -41,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,13 +51,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from open_vocab import trimmed_16k  # noqa: E402
 
 RATE = 16000
 DIALECTS = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "en-gb-x-gbclan")
 VARIANTS = ("m1", "m2", "m3", "f1", "f2")
-#: A sample this loud (of 32768) or louder is part of the word: espeak-ng's silence is exact
-#: zeros, and resampling rings a few units around the word's edges.
-EDGE_LEVEL = 16
 
 REFERENCE = r"""
 import sys, json, time
@@ -99,15 +98,10 @@ def sentences(dataset: Path) -> list[str]:
 
 def speak_word(word: str, voice: str, speed: int, pitch: int, folder: Path) -> np.ndarray:
     """One word from espeak-ng at 16 kHz, cut to its first and last sounding sample."""
-    raw, resampled = folder / "word.wav", folder / "word16.wav"
+    raw = folder / "word.wav"
     subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w",
                     str(raw), word], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["sox", str(raw), "-r", str(RATE), "-b", "16", "-c", "1", str(resampled)],
-                   check=True)
-    with wave.open(str(resampled)) as handle:
-        samples = np.frombuffer(handle.readframes(handle.getnframes()), "<i2")
-    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) >= EDGE_LEVEL)
-    return samples[loud[0]:loud[-1] + 1] if len(loud) else samples[:0]
+    return trimmed_16k(raw, folder)
 
 
 def build(texts: list[str], seconds: float, word_gap: tuple[float, float],

@@ -35,11 +35,13 @@ import json
 import random
 import re
 import subprocess
+import wave
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 FORTUNES = Path("/usr/share/games/fortunes")
@@ -162,6 +164,23 @@ def synthesise(utterance: Utterance, folder: Path) -> None:
                    "-p", str(utterance.pitch), "-w", str(partial), utterance.text]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     partial.replace(target)
+
+
+#: A sample this loud (of 32768) or louder is speech: espeak-ng's silence is exact zeros, and
+#: resampling rings a few units around the edges.
+EDGE_LEVEL = 16
+
+
+def trimmed_16k(path: Path, folder: Path) -> np.ndarray:
+    """``path`` as 16 kHz mono int16 (converted by sox in ``folder``), cut to its first and last
+    sounding sample: where a synthesised utterance's speech starts and ends."""
+    resampled = folder / "trimmed16.wav"
+    subprocess.run(["sox", str(path), "-r", "16000", "-b", "16", "-c", "1", str(resampled)],
+                   check=True)
+    with wave.open(str(resampled)) as handle:
+        samples = np.frombuffer(handle.readframes(handle.getnframes()), "<i2")
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) >= EDGE_LEVEL)
+    return samples[loud[0]:loud[-1] + 1] if len(loud) else samples[:0]
 
 
 def build(folder: Path, train: int = 2000, dev: int = 100, test: int = 150, seed: int = 1,

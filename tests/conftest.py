@@ -132,6 +132,20 @@ def run_doc_snippet(page: str, marker: str, replacements: dict[str, str], blocke
                           env=env, cwd=cwd, timeout=timeout, check=False)
 
 
+def ok(result):
+    """``result`` of a ``cli`` call, asserted to have succeeded (its stderr shown if not)."""
+    assert result.exit_code == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture
+def datasets_cli(datasets, monkeypatch, make_plugins, asrkit_cli):
+    """``cli(args)`` as :func:`cli`, with ``ASRKIT_HOME`` holding the :func:`datasets`."""
+    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
+    plugins = add_commands(make_plugins(entry_points=True))
+    return lambda args: asrkit_cli(args, plugins)
+
+
 @pytest.fixture
 def cli(make_plugins, asrkit_cli):
     """``cli(args)``: the asrkit CLI with the installed plugins and asrkit's commands. A test

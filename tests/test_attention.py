@@ -12,21 +12,14 @@ import numpy as np
 import pytest
 
 from asrkit import plugins
-from tests.conftest import SPEECH, add_commands
+from tests.conftest import SPEECH, ok
 
 CLIP = SPEECH / "ldc93s1" / "LDC93S1.wav"
 
 
 @pytest.fixture
-def cli(datasets, monkeypatch, make_plugins, asrkit_cli):
-    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
-    registry = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli(args, registry)
-
-
-def ok(result):
-    assert result.exit_code == 0, result.stderr[-3000:]
-    return result
+def cli(datasets_cli):
+    return datasets_cli
 
 
 @pytest.fixture

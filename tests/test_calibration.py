@@ -25,7 +25,7 @@ from asrkit.core.text import Alphabet
 from asrkit.core.viterbi import Token, greedy_tokens, log_softmax, word_tokens
 from asrkit.serving.transcribe import words_from_tokens
 from asrkit.testing.models import make_tiny_run
-from tests.conftest import SPEECH, add_commands
+from tests.conftest import SPEECH, ok
 
 CLIP = SPEECH / "ldc93s1" / "LDC93S1.wav"
 LABELS = Alphabet()
@@ -142,15 +142,8 @@ def tiny_run(tmp_path_factory):
 
 
 @pytest.fixture
-def cli(datasets, monkeypatch, make_plugins, asrkit_cli):
-    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
-    registry = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli(args, registry)
-
-
-def ok(result):
-    assert result.exit_code == 0, result.stderr[-3000:]
-    return result
+def cli(datasets_cli):
+    return datasets_cli
 
 
 def confidences(transcript: dict) -> list[float]:

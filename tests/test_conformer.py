@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from asrkit.models.conformer import Conformer, ConformerConfig
-from tests.conftest import SPEECH, add_commands
+from tests.conftest import SPEECH
 
 SPEC = Conformer()
 #: Small but with every part: two blocks, two heads, a kernel wide enough to spill padding.
@@ -114,10 +114,8 @@ def test_bad_settings_are_one_line_errors():
 
 
 @pytest.fixture
-def cli(datasets, monkeypatch, make_plugins, asrkit_cli):
-    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
-    plugins = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli(args, plugins)
+def cli(datasets_cli):
+    return datasets_cli
 
 
 def test_train_evaluate_transcribe_and_export(cli, tmp_path):

@@ -23,7 +23,7 @@ from asrkit.decoders.greedy import GreedyDecoder
 from asrkit.decoders.scoring import Hypothesis
 from asrkit.serving.transcribe import candidates, window_words
 from asrkit.testing.models import make_tiny_run
-from tests.conftest import SPEECH, add_commands
+from tests.conftest import SPEECH, ok
 
 CLIP = SPEECH / "ldc93s1" / "LDC93S1.wav"
 LABELS = Alphabet()
@@ -121,15 +121,8 @@ def tiny_run(tmp_path_factory):
 
 
 @pytest.fixture
-def cli(datasets, monkeypatch, make_plugins, asrkit_cli):
-    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
-    registry = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli(args, registry)
-
-
-def ok(result):
-    assert result.exit_code == 0, result.stderr[-3000:]
-    return result
+def cli(datasets_cli):
+    return datasets_cli
 
 
 def test_json_lists_each_windows_hypotheses(cli, tiny_run):

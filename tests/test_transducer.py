@@ -25,7 +25,7 @@ from asrkit.decoders.transducer import (
 )
 from asrkit.objectives.transducer import TransducerConfig, TransducerObjective
 from asrkit.testing import check_objective
-from tests.conftest import SPEECH, add_commands
+from tests.conftest import SPEECH
 
 LABELS = Alphabet()
 SMALL = {"pred_dim": 12, "joint_dim": 10, "dropout": 0.0, "ctc_weight": 0.0}
@@ -234,10 +234,8 @@ def test_transducer_decoders_refuse_ctc_logits():
 
 
 @pytest.fixture
-def cli(datasets, monkeypatch, make_plugins, asrkit_cli):
-    monkeypatch.setenv("ASRKIT_HOME", str(datasets))
-    registry = add_commands(make_plugins(entry_points=True))
-    return lambda args: asrkit_cli(args, registry)
+def cli(datasets_cli):
+    return datasets_cli
 
 
 def test_a_conformer_transducer_trains_evaluates_and_transcribes(cli, tmp_path):
