@@ -58,6 +58,7 @@ from asrkit.core.text import Alphabet, decode_text, normalize, quote
 
 # isort: split
 # -- Datasets: where they are and what they hold -----------------------------------------------
+from asrkit.core.storage import Location, StoragePath, location
 from asrkit.dataset.folders import DATASET_JSON, asrkit_home, load_dataset_json, resolve_dataset
 
 # isort: split
@@ -137,6 +138,7 @@ __all__ = [
     "Importer",
     "LabelError",
     "Labels",
+    "Location",
     "ModelSpec",
     "NoSettings",
     "Objective",
@@ -146,6 +148,7 @@ __all__ = [
     "Row",
     "SettingInfo",
     "ShardRecord",
+    "StoragePath",
     "StreamShape",
     "StreamingModel",
     "Tokenizer",
@@ -165,6 +168,7 @@ __all__ = [
     "format_value",
     "hookimpl",
     "load_dataset_json",
+    "location",
     "log_softmax",
     "normalize",
     "parse_hotwords",

@@ -18,9 +18,10 @@ from typing import Any
 
 from asrkit import plugins
 from asrkit.core.errors import AsrkitError
-from asrkit.core.files import write_json
+from asrkit.core.files import copy_file, download_file, write_json
 from asrkit.core.labels import Labels
 from asrkit.core.settings import apply, to_dict
+from asrkit.core.storage import Location, StoragePath
 from asrkit.core.text import Alphabet, AlphabetError
 from asrkit.dataset.folders import resolve_dataset
 from asrkit.dataset.manifest import read_csv
@@ -74,7 +75,7 @@ def find_tokenizer(path: Path) -> Tokenizer:
     return fitting[0]
 
 
-def sha256(path: Path) -> str:
+def sha256(path: Location) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -97,25 +98,29 @@ class TokenizerFile:
         tokenizer = find_tokenizer(path)
         return cls(tokenizer.name, path, tokenizer.load(path))
 
-    def save_in(self, folder: Path) -> None:
+    def save_in(self, folder: Location) -> None:
         """Copy the file into the run ``folder`` and record where it came from."""
         suffix = _suffix(self.tokenizer)
         target = folder / f"tokenizer{suffix}"
-        if self.path.resolve() != target.resolve():
+        if isinstance(target, StoragePath):
+            copy_file(self.path, target)
+        elif self.path.resolve() != target.resolve():
             shutil.copyfile(self.path, target)
         write_json(folder / RECORD, {"tokenizer": self.tokenizer, "file": target.name,
                                      "source": str(self.path), "sha256": sha256(target),
                                      "symbols": self.labels.size})
 
 
-def read_record(folder: Path) -> tuple[str, Path]:
-    """The tokenizer a run folder's labels come from, and the copy of its file the run keeps."""
+def read_record(folder: Location) -> tuple[str, Path]:
+    """The tokenizer a run folder's labels come from, and the copy of its file the run keeps
+    (for a run at a URL, a local copy of that: tokenizers read local files)."""
     import json
 
     record = folder / RECORD
     try:
         saved = json.loads(record.read_text(encoding="utf-8"))
-        return str(saved["tokenizer"]), folder / str(saved["file"])
+        kept = folder / str(saved["file"])
+        return str(saved["tokenizer"]), kept if isinstance(kept, Path) else download_file(kept)
     except (OSError, ValueError, TypeError, KeyError) as error:
         raise AsrkitError(f"{record} is missing or damaged ({type(error).__name__}); the run's "
                           "labels are unknown without it: train again in a new --run-dir") from None

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
+from asrkit.commands.options import LocationType
 from asrkit.evaluation.average import average_run
 
 
 @click.command("average")
-@click.argument("run", type=click.Path(exists=True, path_type=Path))
+@click.argument("run", type=LocationType(exists=True))
 @click.option("--last", type=click.IntRange(min=1), required=True,
               help="How many of the run's newest kept checkpoints to average.")
 def average_command(run: Path, last: int) -> None:

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import click
 
+from asrkit.core.storage import location
+
 
 def is_run(target: str) -> bool:
-    return (Path(target) / "config.json").is_file()
+    return (location(target) / "config.json").is_file()
 
 
 @click.command("describe")
@@ -35,7 +37,7 @@ def describe_command(target: str, plots_dir: Path | None, as_json: bool) -> None
     )
 
     if is_run(target):
-        description, extra = describe_run(Path(target))
+        description, extra = describe_run(location(target))
         drawn = run_plots(description, extra, plots_dir) if plots_dir else []
         text = run_text(description)
     else:

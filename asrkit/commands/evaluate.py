@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from asrkit.commands.options import FiniteFloat, hotword_options
+from asrkit.commands.options import FiniteFloat, LocationType, hotword_options
 from asrkit.runs.run import CHECKPOINTS
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 @click.command("evaluate")
-@click.argument("run", type=click.Path(exists=True, path_type=Path))
+@click.argument("run", type=LocationType(exists=True))
 @click.option("--split", "splits", multiple=True,
               help="The split to score [default: test; with --watch, the run's dev split]; "
                    "several with --watch.")
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
               show_default=True,
               help="averaged: the one `asrkit average` wrote; best-by-METRIC: the one "
                    "`asrkit evaluate --watch` kept.")
-@click.option("--json", "json_file", type=click.Path(path_type=Path), default=None,
+@click.option("--json", "json_file", type=LocationType(), default=None,
               help="Also write the full results (every utterance) as JSON here ('-': stdout).")
 @click.option("-o", "settings", multiple=True, metavar="decoder.KEY=VALUE",
               help="The decoder (decoder=NAME) or one of its settings, e.g. "
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
               show_default=True, help="With --watch: keep the checkpoint best by this metric "
                                       "on the first split as RUN/watch/best-by-METRIC; with "
                                       "--grid: choose the settings by it (wer or cer).")
-@click.option("--compare", "other", type=click.Path(exists=True, path_type=Path), default=None,
+@click.option("--compare", "other", type=LocationType(exists=True), default=None,
               help="Also score this run on the split and test whether their WER and CER "
                    "differ beyond chance (paired bootstrap).")
 @click.option("--chunk-ms", type=FiniteFloat(min=0.0), default=None,

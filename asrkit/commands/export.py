@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from asrkit.commands.options import FiniteFloat
+from asrkit.commands.options import FiniteFloat, LocationType
 from asrkit.runs.run import CHECKPOINTS
 
 #: ``--quantize``'s choices (:data:`asrkit.serving.quantize.MODES`, which imports nothing heavy
@@ -17,13 +17,13 @@ QUANTIZE_MODES = ("none", "int8", "float16", "full")
 
 
 @click.command("export")
-@click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run", type=LocationType(exists=True, file_okay=False))
 @click.option("--format", "fmt",
               type=click.Choice(["savedmodel", "tflite", "onnx", "sherpa-onnx"]),
               default="savedmodel", show_default=True,
               help="sherpa-onnx: model.onnx and tokens.txt for k2-fsa's sherpa-onnx (a CTC run "
                    "trained on -o features.kaldi=true; docs/sherpa-onnx.md).")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+@click.option("--output", "-o", type=LocationType(), default=None,
               help="Folder to write [default: RUN/export/FORMAT].")
 @click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",
               show_default=True)

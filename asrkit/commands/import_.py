@@ -8,6 +8,7 @@ imports this module: the defaults both need live in :mod:`asrkit.dataset.folders
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from collections import Counter
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from asrkit.commands.options import FiniteFloat
+from asrkit.commands.options import FiniteFloat, LocationType
+from asrkit.core.storage import StoragePath
 from asrkit.dataset.folders import DATASET_JSON, DEFAULT_MAX_SECONDS, MAX_MEMBER_BYTES
 from asrkit.types import Importer
 
@@ -76,24 +78,40 @@ def import_command(importer: Importer) -> click.Command:
         from asrkit.core.locks import folder_lock
         from asrkit.dataset.folders import load_dataset_json
 
+        url = params["output"] if isinstance(params["output"], StoragePath) else None
+        if url is not None:  # imported in a local staging folder, then uploaded
+            from asrkit.importing.upload import check_target, staging_folder
+
+            check_target(url, config.force)
+            config = dataclasses.replace(config, output=staging_folder(config.home, url))
         dataset = config.output or config.home / "datasets" / importer.dataset_name(options)
         # One import at a time into a dataset folder; a lock that cannot be made (ASRKIT_HOME a
         # file, read-only) is the import's own write error, said the same way.
-        with _disk_errors_named(dataset, config), folder_lock(dataset, "import"):
+        with contextlib.ExitStack() as held:
+            if url is not None:
+                held.enter_context(folder_lock(url, "import"))
+            held.enter_context(_disk_errors_named(dataset, config))
+            held.enter_context(folder_lock(dataset, "import"))
             if not config.force and (dataset / DATASET_JSON).exists():
                 load_dataset_json(dataset)  # a damaged one is a one-line error
             result = run_import(importer, options, config, provider)
+            if url is not None:
+                from asrkit.importing.upload import upload
+
+                copied = upload(dataset, url, progress=config.progress)
+                result = dataclasses.replace(result, dataset=url,
+                                             did_work=result.did_work or copied > 0)
         if params["as_json"]:
             click.echo(json.dumps({"dataset": str(result.dataset), "did_work": result.did_work,
                                    **result.report}, indent=2))
         else:
             click.echo(summary(result))
 
-    path_type = click.Path(path_type=Path)
     params: list[click.Parameter] = [
         *importer.options(),
-        click.Option(["--output", "-o"], type=path_type, default=None,
-                     help="Dataset folder [default: $ASRKIT_HOME/datasets/NAME]."),
+        click.Option(["--output", "-o"], type=LocationType(), default=None,
+                     help="Dataset folder, or a URL (gs://bucket/folder) to upload it to "
+                          "[default: $ASRKIT_HOME/datasets/NAME]."),
         click.Option(["--mirror"], metavar="URL", default=None,
                      help="Download from this host instead (keeps the path); its SHA256SUMS "
                           "file, if any, gives the checksums. [env: ASRKIT_MIRROR]"),

@@ -10,8 +10,31 @@ from typing import Any, TypeVar
 import click
 
 from asrkit.config.hotwords import CHARACTER_BOOST, PIECE_BOOST
+from asrkit.core.storage import StoragePath, is_url
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class LocationType(click.ParamType):
+    """A folder or file given as a local path or as a URL (``gs://bucket/folder``): a ``Path``
+    checked as ``click.Path`` checks it, or a :class:`~asrkit.core.storage.StoragePath`
+    checked through TensorFlow's filesystem layer when ``exists`` is asked."""
+
+    name = "path"
+
+    def __init__(self, exists: bool = False, file_okay: bool = True) -> None:
+        self.exists = exists
+        self.local = click.Path(exists=exists, file_okay=file_okay, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, StoragePath) or not is_url(str(value)):
+            return value if isinstance(value, StoragePath) else \
+                self.local.convert(value, param, ctx)
+        url = StoragePath(value)
+        if self.exists and not url.exists():
+            self.fail(f"{str(url)!r} does not exist.", param, ctx)
+        return url
 
 
 class FiniteFloat(click.FloatRange):

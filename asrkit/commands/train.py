@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from asrkit.commands.options import LocationType
 from asrkit.config.train import PRECISIONS
+from asrkit.core.storage import Location
 
 if TYPE_CHECKING:
     from asrkit.runs.run import Run
@@ -31,9 +33,9 @@ if TYPE_CHECKING:
                    "with AMX or AVX512-BF16), or auto: bfloat16 where the CPU has it in hardware "
                    "[default: auto].")
 @click.option("--seed", type=int, default=None, help="Seed of data order and initialisation.")
-@click.option("--run-dir", type=click.Path(path_type=Path), default=None,
-              help="Run folder [default: runs/<model>-<n>].")
-@click.option("--resume", "resume", type=click.Path(exists=True, path_type=Path), default=None,
+@click.option("--run-dir", type=LocationType(), default=None,
+              help="Run folder, or a URL (gs://bucket/runs/x) [default: runs/<model>-<n>].")
+@click.option("--resume", "resume", type=LocationType(exists=True), default=None,
               help="Continue a run from its latest checkpoint; -o may change train settings "
                    "(e.g. batch_size, epochs), other options are ignored.")
 @click.option("--init-from", "init_from", default=None, metavar="RUN[:best|:latest]",
@@ -53,8 +55,8 @@ if TYPE_CHECKING:
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def train_command(model: str | None, dataset: str | None, epochs: int | None,
                   batch_size: int | None, learning_rate: float | None, devices: str | None,
-                  precision: str | None, seed: int | None, run_dir: Path | None,
-                  resume: Path | None, init_from: str | None, overrides: tuple[str, ...],
+                  precision: str | None, seed: int | None, run_dir: Location | None,
+                  resume: Location | None, init_from: str | None, overrides: tuple[str, ...],
                   workers: str | None, worker_index: int | None, no_progress: bool) -> None:
     """Train a model on an imported dataset (CTC, or -o objective=NAME; every GPU as a tower,
     else the CPU).
@@ -107,7 +109,7 @@ def train_command(model: str | None, dataset: str | None, epochs: int | None,
             try:
                 run, note = prepare(run, source_run, source)
             except AsrkitError:
-                if run_dir is None:  # the folder new_run just made for it
+                if run_dir is None and isinstance(run.folder, Path):  # new_run just made it
                     with contextlib.suppress(OSError):
                         run.folder.rmdir()
                 raise

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from asrkit.commands.options import FiniteFloat, hotword_options
+from asrkit.commands.options import FiniteFloat, LocationType, hotword_options
 from asrkit.core.errors import AsrkitError
 from asrkit.runs.run import CHECKPOINTS
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 @click.command("transcribe")
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--model", "-m", "model", required=True,
-              type=click.Path(exists=True, path_type=Path),
+              type=LocationType(exists=True),
               help="A run folder (its best checkpoint) or an export of `asrkit export` "
                    "(SavedModel folder, TFLite folder or .tflite file).")
 @click.option("--decoder", default=None,

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import click
 
+from asrkit.commands.options import LocationType
 from asrkit.core.locks import describe, lock_path, unlock
 
 LOCK_SUFFIX = ".lock"
 
 
 @click.command("unlock")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=LocationType())
 @click.option("--force", is_flag=True,
               help="Also remove a lock left by another host (its owner cannot be checked from "
               "here): only once sure that process has ended.")

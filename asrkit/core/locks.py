@@ -18,6 +18,16 @@ the lock. A lock file left by a process of this host that died is stale: it is t
 a warning. One left by another host (a shared filesystem) cannot be judged from here, so it is
 respected: the message names that host and pid and says to run ``asrkit unlock FOLDER --force``
 once sure it is gone (:func:`unlock`).
+
+A folder at a URL (object storage) has no ``flock``, and TensorFlow's filesystem layer offers no
+conditional write (an object generation precondition) to build one with. Its lock is the object
+``<folder>.lock`` holding the owner record and a random token: taken when absent (or stale, by
+the rules above), then read back after a moment, and refused if another writer's token is there
+instead. That catches a second ``asrkit train`` or ``import`` started on a folder in use, which is
+the mistake people make; two started within the same second can both pass. Hence the documented
+rule for object storage: one writer per run or dataset folder, started by one scheduler. A lock
+left by a killed writer is taken over when its owner was a process of this host that is gone;
+another host's is respected until ``asrkit unlock URL --force``.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from asrkit.core.errors import AsrkitError
+from asrkit.core.storage import Location, StoragePath, location
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
@@ -52,11 +63,17 @@ class _Held(Exception):
         self.owner = owner
 
 
-def lock_path(folder: str | Path) -> Path:
+def lock_path(folder: str | Location) -> Location:
     """``<folder>.lock`` beside the real folder: links resolved, so that ``runs/x`` and a link
     to it (or a path through a linked parent) share one lock."""
-    folder = Path(folder).resolve()
-    return folder.with_name(folder.name + ".lock")
+    folder = location(folder)
+    return folder.with_name(folder.name + ".lock") if isinstance(folder, StoragePath) \
+        else _local_lock(folder)
+
+
+def _local_lock(folder: Path) -> Path:
+    real = folder.resolve()
+    return real.with_name(real.name + ".lock")
 
 
 def describe(owner: dict[str, Any]) -> str:
@@ -161,7 +178,7 @@ def _take(path: Path, create: bool) -> int:
         os.close(descriptor)
 
 
-def _foreign_lock(folder: Path, owner: dict[str, Any]) -> str:
+def _foreign_lock(folder: Location, owner: dict[str, Any]) -> str:
     """The cross-host rule: a lock of another host is respected, since whether its owner
     still runs cannot be told from here; the user, who can, removes it with ``unlock``."""
     return (f"{folder} is locked by {describe(owner)}, and from {socket.gethostname()} one "
@@ -177,13 +194,17 @@ def _owner_record(purpose: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def folder_lock(folder: str | Path, purpose: str,
+def folder_lock(folder: str | Location, purpose: str,
                 hint: str = "wait for it to finish") -> Iterator[None]:
     """Hold ``folder``'s lock for a ``purpose`` (``training``, ``import``) while the block runs;
     a :class:`LockError` naming the owner and ending with ``hint`` if another process holds
     it, or naming the host if a process of another host left it."""
-    folder = Path(folder)
-    path = lock_path(folder)
+    folder = location(folder)
+    if isinstance(folder, StoragePath):
+        with _url_lock(folder, purpose, hint):
+            yield
+        return
+    path = _local_lock(folder)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         descriptor = _take(path, create=True)
@@ -210,7 +231,7 @@ def folder_lock(folder: str | Path, purpose: str,
         os.close(descriptor)
 
 
-def lock_held(folder: str | Path) -> bool:
+def lock_held(folder: str | Location) -> bool:
     """Whether a live process holds ``folder``'s lock. Read without taking it (taking it, even
     for a moment, could refuse an owner that starts then): the lock file exists only while its
     owner lives, unless the owner was killed with SIGKILL; then, on this host, its pid is gone
@@ -228,12 +249,14 @@ def lock_held(folder: str | Path) -> bool:
     return owner_alive(owner) is not False
 
 
-def unlock(folder: str | Path, force: bool = False) -> dict[str, Any] | None:
+def unlock(folder: str | Location, force: bool = False) -> dict[str, Any] | None:
     """Remove ``folder``'s stale lock; return what it said of its owner (``None``: there was
     no lock). A lock whose owner runs on this host is never removed; one of another host only
     with ``force``, since from here one cannot tell whether its owner still runs."""
-    folder = Path(folder)
-    path = lock_path(folder)
+    folder = location(folder)
+    if isinstance(folder, StoragePath):
+        return _url_unlock(folder, force)
+    path = _local_lock(folder)
     try:
         descriptor = _take(path, create=False)
     except FileNotFoundError:
@@ -252,6 +275,66 @@ def unlock(folder: str | Path, force: bool = False) -> dict[str, Any] | None:
         os.close(descriptor)
 
 
-def _still_runs(folder: Path, owner: dict[str, Any]) -> str:
+def _still_runs(folder: Location, owner: dict[str, Any]) -> str:
     return (f"{folder} is locked by {describe(owner)}, which still runs; wait for it to end "
             "(or stop it), then rerun")
+
+
+# -- folders at a URL --------------------------------------------------------------------------
+
+#: How long a writer waits before reading its lock object back: long enough for a second writer
+#: that read "no lock" at the same moment to have written its own.
+READ_BACK_SECONDS = 1.0
+
+
+def _url_owner(path: StoragePath) -> dict[str, Any] | None:
+    """What a lock object says (``{}`` when unreadable or half-written); ``None`` if absent."""
+    try:
+        owner = json.loads(path.read_text() or "{}")
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+@contextlib.contextmanager
+def _url_lock(folder: StoragePath, purpose: str, hint: str) -> Iterator[None]:
+    path = lock_path(folder)
+    assert isinstance(path, StoragePath)
+    stale = _url_owner(path)
+    if stale is not None:
+        if is_foreign(stale):
+            raise LockError(_foreign_lock(folder, stale))
+        if owner_alive(stale) is not False:
+            raise LockError(f"{folder} is in use by another {purpose} ({describe(stale)}); "
+                            f"{hint}")
+        print(f"asrkit: warning: took over the stale lock of {folder} from pid "
+              f"{stale.get('pid')} (its {stale.get('purpose', purpose)} was interrupted and no "
+              "longer runs)", file=sys.stderr)
+    mine = {**_owner_record(purpose), "token": os.urandom(8).hex()}
+    path.write_text(json.dumps(mine) + "\n")
+    time.sleep(READ_BACK_SECONDS)
+    found = _url_owner(path)
+    if found is None or found.get("token") != mine["token"]:
+        raise LockError(f"{folder} is in use by another {purpose} "
+                        f"({describe(found or {})}), which took it at the same moment; {hint}")
+    try:
+        yield
+    finally:
+        if (_url_owner(path) or {}).get("token") == mine["token"]:
+            path.unlink(missing_ok=True)
+
+
+def _url_unlock(folder: StoragePath, force: bool) -> dict[str, Any] | None:
+    path = lock_path(folder)
+    assert isinstance(path, StoragePath)
+    owner = _url_owner(path)
+    if owner is None:
+        return None
+    if owner_alive(owner):
+        raise LockError(_still_runs(folder, owner))
+    if is_foreign(owner) and not force:
+        raise LockError(_foreign_lock(folder, owner))
+    path.unlink(missing_ok=True)
+    return owner

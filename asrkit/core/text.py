@@ -14,11 +14,11 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from asrkit.core.files import write_atomic
 from asrkit.core.labels import LabelError, Labels, Pieces
+from asrkit.core.storage import Location, location
 
 #: The default English alphabet: space, a-z, apostrophe (28 symbols; 29 classes with the blank).
 ENGLISH = (" ", *"abcdefghijklmnopqrstuvwxyz", "'")
@@ -68,9 +68,9 @@ class Alphabet(Labels):
         lines += ["\\#" if s == "#" else s for s in self.symbols]
         return "\n".join(lines) + "\n"
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Location) -> None:
         """Write the alphabet whole or not at all (a run and a dataset are read back by it)."""
-        write_atomic(Path(path), self.to_text())
+        write_atomic(location(path), self.to_text())
 
     @classmethod
     def from_text(cls, text: str) -> Alphabet:
@@ -88,8 +88,8 @@ class Alphabet(Labels):
         return cls(tuple(symbols))
 
     @classmethod
-    def load(cls, path: str | Path) -> Alphabet:
-        return cls.from_text(Path(path).read_text(encoding="utf-8"))
+    def load(cls, path: str | Location) -> Alphabet:
+        return cls.from_text(location(path).read_text(encoding="utf-8"))
 
 
 def labels_from_json(saved: dict[str, Any]) -> Labels:

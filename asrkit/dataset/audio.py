@@ -29,6 +29,7 @@ import numpy as np
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.process import LINGERED, OVERDUE, STALLED, Source, WatchedProcess
+from asrkit.core.storage import Location, StoragePath, location
 
 SAMPLE_WIDTH = 2
 #: Least time sox is given to decode one file, in seconds: its start-up and a short clip take a
@@ -232,9 +233,11 @@ def wav_bytes(samples: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def read_wav(path: str | Path) -> np.ndarray:
-    """Samples of a 16 kHz mono 16-bit WAV written by asrkit."""
-    with wave.open(str(path), "rb") as w:
+def read_wav(path: str | Location) -> np.ndarray:
+    """Samples of a 16 kHz mono 16-bit WAV written by asrkit (a local file, or at a URL)."""
+    where = location(path)
+    source = io.BytesIO(where.read_bytes()) if isinstance(where, StoragePath) else str(where)
+    with wave.open(source, "rb") as w:
         if (w.getframerate(), w.getnchannels(), w.getsampwidth()) != (SAMPLE_RATE, 1, 2):
             raise AudioError(f"{path} is not 16 kHz mono 16-bit")
         return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")

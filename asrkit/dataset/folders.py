@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from asrkit.core.errors import AsrkitError
+from asrkit.core.storage import Location, StoragePath, location
 
 #: Environment variable naming asrkit's home folder.
 HOME_ENV = "ASRKIT_HOME"
@@ -38,10 +39,19 @@ def datasets_folder() -> Path:
     return asrkit_home() / "datasets"
 
 
-def resolve_dataset(name: str) -> Path:
-    """A dataset given by folder or by name (``$ASRKIT_HOME/datasets/<name>``); a damaged
+def resolve_dataset(name: str | Location) -> Location:
+    """A dataset given by folder, URL or name (``$ASRKIT_HOME/datasets/<name>``); a damaged
     ``dataset.json`` is an error, since it means the import did not end well."""
-    for candidate in (Path(name), datasets_folder() / name):
+    given = location(name)
+    if isinstance(given, StoragePath):
+        url = given
+        if not (url / DATASET_JSON).exists():
+            raise AsrkitError(f"no imported dataset at {url} (no {DATASET_JSON}: never imported "
+                              f"there, or its upload did not finish); import it with "
+                              f"`asrkit import NAME --output {url}`")
+        load_dataset_json(url)
+        return url
+    for candidate in (given, datasets_folder() / str(name)):
         if (candidate / DATASET_JSON).exists():
             load_dataset_json(candidate)
             return candidate
@@ -51,12 +61,12 @@ def resolve_dataset(name: str) -> Path:
     )
 
 
-def load_dataset_json(dataset: str | Path) -> dict[str, Any]:
+def load_dataset_json(dataset: str | Location) -> dict[str, Any]:
     """A dataset's report; a damaged one (empty, cut short, edited by hand) is a one-line
     error that says to redo the import."""
-    path = Path(dataset) / DATASET_JSON
+    path = location(dataset) / DATASET_JSON
     if not path.exists():
-        raise AsrkitError(f"{Path(dataset)} is not an imported dataset (no {DATASET_JSON})")
+        raise AsrkitError(f"{location(dataset)} is not an imported dataset (no {DATASET_JSON})")
     text = ""
     try:
         text = path.read_text(encoding="utf-8")

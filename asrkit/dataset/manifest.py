@@ -11,9 +11,9 @@ import csv
 import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from asrkit.core.errors import AsrkitError
+from asrkit.core.storage import Location, location
 
 CSV_COLUMNS = ("wav_filename", "wav_filesize", "transcript", "duration", "speaker")
 
@@ -37,10 +37,10 @@ def csv_text(rows: Iterable[Row]) -> str:
     return buffer.getvalue()
 
 
-def read_csv(path: str | Path) -> Iterator[Row]:
+def read_csv(path: str | Location) -> Iterator[Row]:
     """Rows of a DeepSpeech CSV (extra columns optional), with paths resolved against it."""
-    path = Path(path)
-    with open(path, newline="", encoding="utf-8") as f:
+    path = location(path)
+    with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         missing = {"wav_filename", "transcript"} - set(reader.fieldnames or [])
         if missing:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from asrkit.core.errors import AsrkitError
 from asrkit.core.files import replace_durably
 from asrkit.core.frames import SAMPLE_RATE
+from asrkit.core.storage import Location, location
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -49,17 +50,17 @@ def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
 
 
-def shard_paths(dataset: str | Path, split: str) -> list[Path]:
+def shard_paths(dataset: str | Location, split: str) -> list[Location]:
     """The shard files of ``split`` in a dataset folder, in order (``test-00000-of-00004``, never
     another split's ``test-unseen-00000-of-00004``)."""
-    return sorted(p for p in (Path(dataset) / SHARD_DIR).glob(f"{split}-*-of-*.tfrecord")
+    return sorted(p for p in (location(dataset) / SHARD_DIR).glob(f"{split}-*-of-*.tfrecord")
                   if is_shard_of(p.name, split))
 
 
-def shard_splits(dataset: str | Path) -> list[str]:
+def shard_splits(dataset: str | Location) -> list[str]:
     """The splits a dataset folder has shards of, sorted."""
     found = (re.fullmatch(r"(.+)-\d+-of-\d+\.tfrecord", p.name)
-             for p in (Path(dataset) / SHARD_DIR).glob("*.tfrecord"))
+             for p in (location(dataset) / SHARD_DIR).glob("*.tfrecord"))
     return sorted({m.group(1) for m in found if m})
 
 
@@ -93,19 +94,19 @@ def serialize(record: ShardRecord) -> bytes:
     return example.SerializeToString(deterministic=True)
 
 
-def write_shard(path: str | Path, records: Iterable[ShardRecord]) -> int:
+def write_shard(path: str | Location, records: Iterable[ShardRecord]) -> int:
     """Write one shard atomically (a temporary file renamed into place); return the count."""
     import tensorflow as tf
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
+    target = location(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
     count = 0
     with tf.io.TFRecordWriter(str(partial)) as writer:
         for record in records:
             writer.write(serialize(record))
             count += 1
-    replace_durably(partial, path)  # a rerun trusts a shard by its name
+    replace_durably(partial, target)  # a rerun trusts a shard by its name
     return count
 
 
@@ -152,7 +153,7 @@ def read_records(path: str | Path) -> list[ShardRecord]:
     return records
 
 
-def find_damaged_shard(dataset: str | Path) -> tuple[Path, str] | None:
+def find_damaged_shard(dataset: str | Location) -> tuple[Location, str] | None:
     """The first shard of ``dataset`` that cannot be read to its end (cut short, bytes
     changed), with the reader's reason; None when every shard reads. TensorFlow's own error
     for a damaged record does not name the file: this is run after one, to name it."""
@@ -160,7 +161,8 @@ def find_damaged_shard(dataset: str | Path) -> tuple[Path, str] | None:
 
     import tensorflow as tf
 
-    for path in sorted((Path(dataset) / SHARD_DIR).glob("*.tfrecord")):
+    paths: list[Location] = sorted((location(dataset) / SHARD_DIR).glob("*.tfrecord"), key=str)
+    for path in paths:
         try:
             tf.data.TFRecordDataset(str(path)).reduce(0, lambda count, _: count + 1)
         except tf.errors.DataLossError as error:
@@ -169,7 +171,7 @@ def find_damaged_shard(dataset: str | Path) -> tuple[Path, str] | None:
     return None
 
 
-def damaged_dataset_error(dataset: str | Path, then: str = "") -> AsrkitError | None:
+def damaged_dataset_error(dataset: str | Location, then: str = "") -> AsrkitError | None:
     """The one-line error for a dataset with a damaged shard (``then``: what to do after
     importing again), or None if no shard is damaged."""
     found = find_damaged_shard(dataset)

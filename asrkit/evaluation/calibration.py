@@ -11,6 +11,7 @@ from typing import Any
 from asrkit.config.overrides import DecoderChoice
 from asrkit.core.confidence import WordEvidence, fit_temperature
 from asrkit.core.errors import AsrkitError
+from asrkit.core.storage import Location, location
 from asrkit.evaluation.evaluate import evaluate_run
 from asrkit.runs.calibration import (
     Calibration,
@@ -28,7 +29,7 @@ class Calibrated:
     evaluation: Evaluation
     before: ConfidenceReport
     calibration: Calibration
-    path: Path
+    path: Location
 
     def text(self) -> str:
         c = self.calibration
@@ -64,5 +65,5 @@ def calibrate_run(folder: str | Path, split: str = "dev", decoder: DecoderChoice
                               after.ece)
     after.calibration = calibration
     evaluation.word_confidence = after
-    path = save_calibration(Path(folder), calibration)
+    path = save_calibration(location(folder), calibration)
     return Calibrated(evaluation, before, calibration, path)

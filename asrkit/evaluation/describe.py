@@ -24,6 +24,7 @@ from typing import Any
 from asrkit.core import plots
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
+from asrkit.core.storage import Location
 from asrkit.dataset.folders import load_dataset_json
 from asrkit.dataset.manifest import read_csv
 from asrkit.models.analysis import run_model_analysis, summary_text
@@ -60,7 +61,7 @@ def quantiles(values: Sequence[float]) -> dict[str, float] | None:
     return result
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Location) -> list[dict[str, Any]]:
     """The records of a JSON-lines file; a line cut short (a run killed while writing) is
     skipped."""
     if not path.exists():
@@ -76,7 +77,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Location) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
@@ -94,7 +95,7 @@ def _number(value: float | None, digits: int = 3) -> str:
 # -- datasets -----------------------------------------------------------------------------------
 
 
-def split_rows(dataset: Path, split: str) -> list[tuple[str, float, str, str]]:
+def split_rows(dataset: Location, split: str) -> list[tuple[str, float, str, str]]:
     """``(id, seconds, transcript, speaker)`` of a split's utterances. Seconds as the input
     pipeline counts them (the CSV's ``duration``, else ``wav_filesize``: the PCM bytes after
     the 44-byte header at 2 bytes a sample); the id is the audio file's name without suffix."""
@@ -104,7 +105,7 @@ def split_rows(dataset: Path, split: str) -> list[tuple[str, float, str, str]]:
             for row, n in zip(rows, samples, strict=False)]
 
 
-def dataset_splits(dataset: Path, info: dict[str, Any]) -> list[str]:
+def dataset_splits(dataset: Location, info: dict[str, Any]) -> list[str]:
     """The dataset's splits (those in dataset.json, and any other ``<split>.csv``): train, dev
     and test first, the rest by name."""
     splits = {p.stem for p in dataset.glob("*.csv")} | {
@@ -119,7 +120,7 @@ def ordered(splits: Iterable[str]) -> list[str]:
 
 
 def describe_dataset(
-    dataset: Path,
+    dataset: Location,
 ) -> tuple[dict[str, Any], dict[str, list[tuple[str, float, str, str]]]]:
     """The description of a dataset, and its rows by split (for plots)."""
     info = load_dataset_json(dataset)
@@ -239,14 +240,14 @@ def best_scores(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return best
 
 
-def describe_run(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def describe_run(folder: Location) -> tuple[dict[str, Any], dict[str, Any]]:
     """The description of a run, and what its plots need."""
     run = load_run(folder)
     records = read_jsonl(folder / "metrics.jsonl")
     latest = (_read_json(folder / "checkpoints" / "latest.json") or {}).get("state", {})
     steps = [r for r in records if r.get("event") == "step"]
     try:
-        dataset: Path | None = run.dataset
+        dataset: Location | None = run.dataset
     except AsrkitError:
         dataset = None  # moved or not imported on this machine: the rest still describes
     info = _read_json(dataset / "dataset.json") if dataset else None

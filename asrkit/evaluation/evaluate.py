@@ -16,6 +16,7 @@ from asrkit.config.decoding import try_decoder
 from asrkit.config.overrides import DecoderChoice
 from asrkit.core.confidence import WordEvidence
 from asrkit.core.errors import AsrkitError
+from asrkit.core.storage import Location
 from asrkit.dataset.shards import damaged_dataset_error
 from asrkit.evaluation.restore import restore_networks
 from asrkit.pipeline.batches import make_dataset
@@ -115,7 +116,7 @@ def evaluate_run(folder: str | Path, split: str = "test",
     return evaluation
 
 
-def warn_if_latest_unscored(folder: Path, state: dict[str, Any]) -> dict[str, Any]:
+def warn_if_latest_unscored(folder: Location, state: dict[str, Any]) -> dict[str, Any]:
     """Which checkpoint ``state`` is (kind and step); warn when it is an older best while the
     latest checkpoint is newer and was never scored on dev, so nobody reports stale weights by
     surprise."""

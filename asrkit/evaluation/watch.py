@@ -57,6 +57,7 @@ from asrkit.config.overrides import DecoderChoice
 from asrkit.core.errors import AsrkitError
 from asrkit.core.files import sync_to_disk, write_atomic
 from asrkit.core.locks import folder_lock, lock_held
+from asrkit.core.storage import StoragePath, location
 from asrkit.dataset.shards import damaged_dataset_error
 from asrkit.pipeline.batches import make_dataset
 from asrkit.runs.run import WATCH_METRICS, load_run
@@ -95,6 +96,18 @@ class Snapshot:
     state: dict[str, Any] = field(default_factory=dict)
 
 
+def local_run(folder: str | Path | StoragePath) -> Path:
+    """The run folder a watcher works in, which must be on a disk: it links each checkpoint
+    into a snapshot, and object storage has no links."""
+    where = location(folder)
+    if isinstance(where, StoragePath):
+        raise AsrkitError(f"evaluate --watch needs the run on a disk (a local or shared "
+                          f"filesystem), not at {where}: it links checkpoints into snapshots, "
+                          "which object storage cannot; evaluate the run's checkpoints after "
+                          "training instead (asrkit evaluate RUN --checkpoint latest)")
+    return where
+
+
 class Watcher:
     """Scores a run's checkpoints on ``splits`` with a decoder; see the module docstring."""
 
@@ -103,7 +116,7 @@ class Watcher:
                  progress: bool = True, echo: Callable[[str], None] = print) -> None:
         if best_by not in METRICS:
             raise AsrkitError(f"--best-by {best_by}: choose one of {', '.join(METRICS)}")
-        self.folder = Path(run_folder)
+        self.folder = local_run(run_folder)
         self.run = load_run(self.folder)
         self.splits = list(splits) or [self.run.train.dev_split]
         self.choice = decoder or DecoderChoice()
@@ -399,7 +412,7 @@ def watch_run(folder: str | Path, splits: Sequence[str] = (),
               echo: Callable[[str], None] = print) -> int:
     """``asrkit evaluate RUN --watch``: wait for the run to start when a training is starting
     it, then :meth:`Watcher.run_until_finished`."""
-    folder = Path(folder)
+    folder = local_run(folder)
     while not (folder / "config.json").exists():
         if not lock_held(folder):
             raise AsrkitError(f"{folder} is not a run directory (no config.json), and no "

@@ -46,6 +46,7 @@ from asrkit.core.errors import AsrkitError
 from asrkit.core.files import append_line, sync_files, sync_to_disk, write_atomic, write_json
 from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.locks import lock_path
+from asrkit.core.storage import Location
 from asrkit.core.text import Alphabet, normalize, quote, recording_decodings
 from asrkit.dataset.audio import read_wav
 from asrkit.dataset.folders import (
@@ -106,7 +107,7 @@ class ImportConfig:
 
 @dataclass
 class ImportResult:
-    dataset: Path
+    dataset: Location
     report: dict[str, Any]
     did_work: bool
 
@@ -213,9 +214,10 @@ class CorpusSource(Source):
 def own_members(root: Path, dataset: Path) -> tuple[str, ...]:
     """The member names, in the folder ``root``, of ``dataset`` and of its lock (beside it),
     for those inside ``root``; links resolved, as the folder's walk resolves them."""
-    real = root.resolve()
+    real, lock = root.resolve(), lock_path(dataset)
+    assert isinstance(lock, Path)  # a local dataset's lock is local
     return tuple(path.relative_to(real).as_posix()
-                 for path in (dataset.resolve(), lock_path(dataset)) if real in path.parents)
+                 for path in (dataset.resolve(), lock) if real in path.parents)
 
 
 # -- stage 3: prepare --------------------------------------------------------------------------

@@ -33,11 +33,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from asrkit.core.files import write_atomic
 from asrkit.core.frames import SAMPLE_RATE
+from asrkit.core.storage import Location, location
 
 #: The two input lengths (seconds of audio) the model is traced on; their difference over the
 #: seconds between them is the cost of one more second.
@@ -295,11 +295,11 @@ def analyze_model(model: Any, spec: Any, model_config: Any, feature_config: Any,
     )
 
 
-def write_model_analysis(run_folder: str | Path, model: Any, spec: Any, model_config: Any,
+def write_model_analysis(run_folder: str | Location, model: Any, spec: Any, model_config: Any,
                          feature_config: Any, extractor: Any) -> None:
     """Write ``model_analysis.txt`` (for people) and ``model_analysis.json`` into a run folder."""
     analysis = analyze_model(model, spec, model_config, feature_config, extractor)
-    folder = Path(run_folder)
+    folder = location(run_folder)
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / ANALYSIS_JSON, json.dumps(analysis.to_json(), indent=2) + "\n")
     write_atomic(folder / ANALYSIS_TXT, analysis.text())
@@ -308,7 +308,7 @@ def write_model_analysis(run_folder: str | Path, model: Any, spec: Any, model_co
 def run_model_analysis(run: Any) -> dict[str, Any]:
     """A run's model analysis: the saved one, else computed (and saved) from a freshly built
     model of the run's configuration (weights do not change the counts)."""
-    path = Path(run.folder) / ANALYSIS_JSON
+    path = location(run.folder) / ANALYSIS_JSON
     if not path.exists():
         extractor = run.extractor
         model = run.spec.build(run.model_config, extractor.num_features(run.feature_config),

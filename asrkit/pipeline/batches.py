@@ -48,6 +48,7 @@ from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
 from asrkit.core.labels import Labels
 from asrkit.core.settings import MAX_SEED
+from asrkit.core.storage import Location, StoragePath, location
 from asrkit.core.text import Alphabet
 from asrkit.dataset.shards import feature_spec, parse, shard_paths, shard_splits
 from asrkit.features import context_windows
@@ -119,17 +120,17 @@ def label_encoder(labels: Labels) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 # -- lengths and buckets ------------------------------------------------------------------------
 
 
-def utterance_samples(dataset_dir: str | Path, split: str) -> list[int]:
+def utterance_samples(dataset_dir: str | Location, split: str) -> list[int]:
     """Audio lengths (samples) of a split's utterances: from ``<split>.csv`` when every row has a
     ``duration`` (seconds, asrkit's column) or a ``wav_filesize`` (cheap), else by reading the
     shards' ``num_samples``."""
-    lengths = _csv_samples(Path(dataset_dir) / f"{split}.csv")
+    lengths = _csv_samples(location(dataset_dir) / f"{split}.csv")
     if lengths is not None:
         return lengths
     return _shard_samples(dataset_dir, split)
 
 
-def _csv_samples(path: Path) -> list[int] | None:
+def _csv_samples(path: Location) -> list[int] | None:
     if not path.is_file():
         return None
     # Transcripts of any length may sit beside the sizes read here; csv's field limit is
@@ -141,7 +142,7 @@ def _csv_samples(path: Path) -> list[int] | None:
         csv.field_size_limit(previous)
 
 
-def _read_samples(path: Path) -> list[int] | None:
+def _read_samples(path: Location) -> list[int] | None:
     lengths = []
     with path.open(newline="", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
@@ -157,7 +158,7 @@ def _read_samples(path: Path) -> list[int] | None:
     return lengths
 
 
-def _shard_samples(dataset_dir: str | Path, split: str) -> list[int]:
+def _shard_samples(dataset_dir: str | Location, split: str) -> list[int]:
     import tensorflow as tf
 
     spec = {"num_samples": feature_spec()["num_samples"]}
@@ -183,7 +184,7 @@ def auto_boundaries(samples: Sequence[int], num_buckets: int, batch_size: int) -
     return sorted({int(q) + 1 for q in quantiles})
 
 
-def bucket_edges(dataset_dir: str | Path, split: str, config: PipelineConfig) -> list[int]:
+def bucket_edges(dataset_dir: str | Location, split: str, config: PipelineConfig) -> list[int]:
     """The bucket edges in samples that :func:`make_dataset` uses."""
     if config.bucket_boundaries:
         return [round(seconds * SAMPLE_RATE) for seconds in config.bucket_boundaries]
@@ -192,7 +193,7 @@ def bucket_edges(dataset_dir: str | Path, split: str, config: PipelineConfig) ->
     )
 
 
-def batch_plan(dataset_dir: str | Path, split: str,
+def batch_plan(dataset_dir: str | Location, split: str,
                config: PipelineConfig) -> tuple[list[int], list[int]]:
     """Bucket edges (samples) and each bucket's batch size, the last for lengths beyond the last
     edge. With ``batch_seconds``, a bucket's batch size is the budget over the longest length
@@ -216,7 +217,7 @@ def batch_plan(dataset_dir: str | Path, split: str,
     return edges, [max(1, int(budget // max(1, upper))) for upper in uppers]
 
 
-def estimated_batches(dataset_dir: str | Path, split: str, config: PipelineConfig) -> int:
+def estimated_batches(dataset_dir: str | Location, split: str, config: PipelineConfig) -> int:
     """Batches an epoch of :func:`batch_plan`'s buckets would make when each bucket's last batch
     is the only partial one (0 when the lengths cannot be read)."""
     import bisect
@@ -262,7 +263,7 @@ def resolve_extractor(extractor: FeatureExtractor | str) -> FeatureExtractor:
 
 
 def make_dataset(
-    dataset_dir: str | Path,
+    dataset_dir: str | Location,
     split: str,
     labels: Labels,
     extractor: FeatureExtractor | str,
@@ -658,12 +659,20 @@ def _cache_name(
     identity = labels.symbols if isinstance(labels, Alphabet) else labels.fingerprint()
     shards = []
     for name in files:
-        status = Path(name).stat()
-        shards.append((str(Path(name).resolve()), status.st_size, status.st_mtime_ns))
+        shards.append(_identity(location(name)))
     key = repr((extractor.name, feature_config, identity, config.audio_augment, shards,
                 pipelines))
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     return f"{split}-{extractor.name}-{digest}-{index}"
+
+
+def _identity(shard: Location) -> tuple[str, int, int]:
+    """A shard file's resolved path or URL, size and modification time (nanoseconds)."""
+    if isinstance(shard, StoragePath):
+        status = shard.stat()
+        return str(shard), int(status.length), int(status.mtime_nsec)
+    status = shard.stat()
+    return str(shard.resolve()), status.st_size, status.st_mtime_ns
 
 
 def _cache(dataset: tf.data.Dataset, cache: str, name: str) -> tf.data.Dataset:

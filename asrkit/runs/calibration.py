@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from asrkit.core.confidence import (
@@ -27,6 +26,7 @@ from asrkit.core.confidence import (
 )
 from asrkit.core.errors import AsrkitError
 from asrkit.core.files import write_json
+from asrkit.core.storage import Location
 
 #: The file in a run folder.
 CALIBRATION_FILE = "calibration.json"
@@ -56,14 +56,14 @@ class Calibration:
         return f"temperature {self.temperature:.3g}, fitted on {self.split}{step}"
 
 
-def save_calibration(folder: Path, calibration: Calibration) -> Path:
+def save_calibration(folder: Location, calibration: Calibration) -> Location:
     """Write ``RUN/calibration.json`` atomically and durably; returns its path."""
-    path = Path(folder) / CALIBRATION_FILE
+    path = folder / CALIBRATION_FILE
     write_json(path, calibration.to_json())
     return path
 
 
-def stale_warning(calibration: Calibration | None, step: Any, folder: Path) -> str | None:
+def stale_warning(calibration: Calibration | None, step: Any, folder: Location) -> str | None:
     """One line when ``calibration`` was fitted at another checkpoint step than ``step``."""
     if calibration is None or calibration.step is None or step is None:
         return None
@@ -74,10 +74,10 @@ def stale_warning(calibration: Calibration | None, step: Any, folder: Path) -> s
             f"{calibration.split} --calibrate fits it again")
 
 
-def load_calibration(folder: Path) -> Calibration | None:
+def load_calibration(folder: Location) -> Calibration | None:
     """The run's calibration, ``None`` when it has none; a file that cannot be read is a
     one-line error saying how to replace it."""
-    path = Path(folder) / CALIBRATION_FILE
+    path = folder / CALIBRATION_FILE
     if not path.exists():
         return None
     try:

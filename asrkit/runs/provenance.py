@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from asrkit import plugins
+from asrkit.core.storage import Location
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class PluginChange:
     installed_distribution: str
     installed: str
 
-    def message(self, folder: Path, what: str = "") -> str:
+    def message(self, folder: Location, what: str = "") -> str:
         if not self.installed:
             return (f"{folder} was made with {self.kind} {self.name!r} of {self.distribution} "
                     f"{self.made_with}, which is not installed; install it (pip install "
@@ -37,7 +37,7 @@ class PluginChange:
         )
 
 
-def plugin_change(folder: Path, kind: str, name: str) -> PluginChange | None:
+def plugin_change(folder: Location, kind: str, name: str) -> PluginChange | None:
     """How the plugin providing ``kind`` ``name`` differs from the one the run in ``folder``
     was made with (``plugins.json``; ``installed`` empty when none provides it now); ``None``
     when it is the same version, or not known."""

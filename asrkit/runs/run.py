@@ -36,6 +36,7 @@ from asrkit.core.files import write_json
 from asrkit.core.labels import Labels
 from asrkit.core.locks import lock_held
 from asrkit.core.settings import from_dict
+from asrkit.core.storage import Location, location
 from asrkit.core.text import Alphabet
 from asrkit.dataset.folders import resolve_dataset
 from asrkit.dataset.manifest import read_csv
@@ -49,7 +50,7 @@ class Run:
     """A run folder and what it holds: its configuration (:class:`RunConfig`), the dataset's
     alphabet and the tokenizer file its labels come from."""
 
-    folder: Path
+    folder: Location
     config: RunConfig
     alphabet: Alphabet
     #: For a new run: which preset it uses and why (printed by ``asrkit train``).
@@ -130,7 +131,7 @@ class Run:
         return choose_decoder(choice, self.train.decoder, self.config.decoder)
 
     @property
-    def dataset(self) -> Path:
+    def dataset(self) -> Location:
         return resolve_dataset(self.train.dataset)
 
     def to_json(self) -> dict[str, Any]:
@@ -171,7 +172,7 @@ def next_run_folder(model: str, root: Path = Path("runs")) -> Path:
         return folder
 
 
-def new_run(config: RunConfig, folder: Path | None, preset_note: str = "") -> Run:
+def new_run(config: RunConfig, folder: Location | None, preset_note: str = "") -> Run:
     """A new run of ``config`` (:func:`asrkit.config.run.build_run_config`) in ``folder``
     (default: the next free ``runs/<model>-<n>``, created now), with the dataset's alphabet and
     the tokenizer file the run names, its decoder tried at once. The folder may hold a run
@@ -211,7 +212,7 @@ def unfinished_run(config: RunConfig, root: Path = Path("runs")) -> Path | None:
     return None
 
 
-def _tokenizer_file(train: TrainConfig, dataset: Path) -> TokenizerFile | None:
+def _tokenizer_file(train: TrainConfig, dataset: Location) -> TokenizerFile | None:
     """The tokenizer file a new run names, checked against the characters of the dataset's
     train and dev transcripts: one the tokenizer cannot spell stops the run now, not at the
     first batch (or the first dev evaluation) that holds it."""
@@ -266,9 +267,9 @@ def resume_run(run: Run, overrides: Overrides) -> Run:
     return changed
 
 
-def load_run(folder: str | Path) -> Run:
+def load_run(folder: str | Location) -> Run:
     """A saved run, with the same plugins' config classes."""
-    folder = Path(folder)
+    folder = location(folder)
     path = folder / "config.json"
     if not path.exists():
         raise AsrkitError(f"{folder} is not a run directory (no config.json)")
@@ -323,13 +324,13 @@ def load_run(folder: str | Path) -> Run:
     )
 
 
-def _saved_tokenizer(folder: Path) -> TokenizerFile:
+def _saved_tokenizer(folder: Location) -> TokenizerFile:
     name, path = read_record(folder)
     tokenizer = _installed(folder, "tokenizer", name)
     return TokenizerFile(name, path, tokenizer.load(path))
 
 
-def _installed(folder: Path, kind: str, name: str) -> Any:
+def _installed(folder: Location, kind: str, name: str) -> Any:
     """The installed ``kind`` ``name``; when there is none, an error that names the plugin
     and version the run in ``folder`` was made with."""
     try:

@@ -14,7 +14,6 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
@@ -24,6 +23,7 @@ from asrkit.core.confidence import WordEvidence
 from asrkit.core.labels import Labels
 from asrkit.core.metrics import Score, matched_words, score
 from asrkit.core.settings import format_value, to_dict
+from asrkit.core.storage import Location
 from asrkit.core.viterbi import log_softmax, text_tokens, word_tokens
 from asrkit.objectives.ctc import CTCObjective
 from asrkit.runs.calibration import ConfidenceReport
@@ -299,7 +299,7 @@ def describe_decoder(decoder: Decoder) -> tuple[dict[str, Any], dict[str, str]]:
                     if defaults.get(k) != v}
 
 
-def write_report(evaluation: Evaluation, folder: Path, name: str = "report") -> None:
+def write_report(evaluation: Evaluation, folder: Location, name: str = "report") -> None:
     """``<name>.json`` and ``<name>.txt`` (which checkpoint, when the evaluation knows it)."""
     (folder / f"{name}.json").write_text(json.dumps(evaluation.to_json(), indent=2) + "\n")
     (folder / f"{name}.txt").write_text(evaluation.text() + "\n")

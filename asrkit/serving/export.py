@@ -75,9 +75,10 @@ from typing import TYPE_CHECKING, Any
 
 from asrkit import __version__
 from asrkit.core.errors import AsrkitError
-from asrkit.core.files import sync_to_disk
+from asrkit.core.files import download_folder, sync_to_disk, upload_folder
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
 from asrkit.core.metrics import corpus_score
+from asrkit.core.storage import Location, StoragePath, location
 from asrkit.core.text import labels_from_json
 from asrkit.evaluation.restore import restore_model, restore_networks
 from asrkit.importing import outputs
@@ -181,11 +182,12 @@ def serving_module(run: Run, model: keras.Model, with_text: bool = True) -> tf.M
 # -- writing ------------------------------------------------------------------------------------
 
 
-def default_output(run_folder: Path, fmt: str) -> Path:
+def default_output(run_folder: Location, fmt: str) -> Location:
     return run_folder / "export" / fmt
 
 
-def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path | None = None,
+def export_run(folder: str | Location, fmt: str = "savedmodel",
+               output: str | Location | None = None,
                checkpoint: str = "best", force: bool = False,
                quantization: str = "none", chunk_ms: float | None = None) -> dict[str, Any]:
     """Export a run's checkpoint as ``fmt`` into the folder ``output`` (default
@@ -206,10 +208,11 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     quantize.check_mode(fmt, quantization)
 
-    target = Path(output) if output is not None else default_output(Path(folder), fmt)
-    outputs.check_not_current(target, "write an export over")
-    recover_replacement(target)  # what a crash left of an earlier replacement
-    _check_target(target, Path(folder), force)  # before the model is loaded: fail fast
+    target = location(output) if output is not None else default_output(location(folder), fmt)
+    if not isinstance(target, StoragePath):
+        outputs.check_not_current(target, "write an export over")
+        recover_replacement(target)  # what a crash left of an earlier replacement
+    _check_target(target, location(folder), force)  # before the model is loaded: fail fast
     run, model, head, state = load_networks(folder, fmt, checkpoint, chunk_ms)
     if chunk_ms is not None and (fmt in ("onnx", export_sherpa.FORMAT) or quantization != "none"
                                  or not export_stream.streams(run, head)):
@@ -218,8 +221,11 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
                           "--stream with the run folder streams the others)")
     quantize.check_mode(fmt, quantization, transducer=head is not None)  # before any writing
     calibration = quantize.representative_audio(run) if quantization == "full" else None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    if isinstance(target, StoragePath):  # made here, then uploaded
+        staging = Path(tempfile.mkdtemp(prefix="asrkit-export-"))
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         if head is None:
             module = serving_module(run, model, with_text=True)
@@ -259,15 +265,18 @@ def export_run(folder: str | Path, fmt: str = "savedmodel", output: str | Path |
             meta.update(verify_quantized(staging, module, run))
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         outputs.mark(staging, outputs.EXPORT)
-        _check_target(target, Path(folder), force)  # again: the folder may have changed since
-        put_in_place(staging, target)
+        _check_target(target, location(folder), force)  # again: it may have changed since
+        if isinstance(target, StoragePath):
+            upload_export(staging, target)
+        else:
+            put_in_place(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     meta["path"] = str(target)
     return meta
 
 
-def load_networks(folder: str | Path, fmt: str, checkpoint: str = "best",
+def load_networks(folder: str | Location, fmt: str, checkpoint: str = "best",
                   chunk_ms: float | None = None
                   ) -> tuple[Run, keras.Model, keras.Model | None, dict[str, Any]]:
     """The run in ``folder``, its model and the checkpoint's state, and the objective's head
@@ -356,10 +365,31 @@ def _occupied(target: Path) -> bool:
     return target.is_symlink() or target.is_file() or (target.is_dir() and any(target.iterdir()))
 
 
-def _check_target(target: Path, run_folder: Path, force: bool) -> None:
+def upload_export(staging: Path, target: StoragePath) -> None:
+    """Put the finished export ``staging`` at the URL ``target``: the export there (which
+    :func:`_check_target` allowed to be replaced) is deleted, then the new one uploaded with
+    ``asrkit.json`` last, so that a killed upload is not taken for an export
+    (:func:`is_export` asks for it at a URL)."""
+    target.rmtree()
+    upload_folder(staging, target, last=METADATA_FILE)
+
+
+def _check_target(target: Location, run_folder: Location, force: bool) -> None:
     """Refuse an ``--output`` that an export must not be renamed onto: the current folder (or
     one above it), the run or a folder holding it, and an occupied folder unless ``force`` and
     it is an export asrkit made."""
+    if isinstance(target, StoragePath):
+        if str(run_folder).startswith(str(target) + "/") or target == run_folder:
+            raise ExportError(f"{target} holds the run ({run_folder}); refusing to write an "
+                              "export over it: choose another --output")
+        if target.is_dir() and any(True for _ in target.iterdir()):
+            if not force:
+                raise ExportError(f"{target} already exists; pass --force to replace it")
+            if not (target / outputs.MARKER).exists():
+                raise ExportError(f"{target} holds objects asrkit did not write; refusing to "
+                                  "replace it: choose another --output")
+        return
+    assert isinstance(run_folder, Path)
     outputs.check_not_current(target, "write an export over")
     real, run = target.resolve(), run_folder.resolve()
     if real == run or real in run.parents:
@@ -580,9 +610,12 @@ def verify_quantized(folder: Path, module: tf.Module, run: Run) -> dict[str, Any
 # -- reading ------------------------------------------------------------------------------------
 
 
-def is_export(path: str | Path) -> bool:
-    """Whether ``path`` is an asrkit export folder (or a ``.tflite`` or ``.onnx`` file)."""
-    path = Path(path)
+def is_export(path: str | Location) -> bool:
+    """Whether ``path`` is an asrkit export folder (or a ``.tflite`` or ``.onnx`` file); at a
+    URL, a folder whose upload finished (its ``asrkit.json``, uploaded last)."""
+    path = location(path)
+    if isinstance(path, StoragePath):
+        return (path / METADATA_FILE).exists()
     if path.is_file():
         return path.suffix in (".tflite", ".onnx")
     return any((path / name).exists() for name in ("saved_model.pb", TFLITE_FILE, "model.onnx"))
@@ -633,8 +666,12 @@ class ExportedModel:
     ``transcribe_labels(audio)`` the labels of its in-graph greedy search, and
     :meth:`attention_networks` its decoder's steps, which asrkit's attention decoders call."""
 
-    def __init__(self, path: str | Path) -> None:
-        path = Path(path)
+    def __init__(self, path: str | Location) -> None:
+        path = location(path)
+        if isinstance(path, StoragePath):  # read from a local copy: TFLite and ONNX need one
+            if not is_export(path):
+                raise ExportError(f"{path} is not an exported model (no {METADATA_FILE})")
+            path = download_folder(path)
         folder = path.parent if path.is_file() else path
         if not is_export(path):
             raise ExportError(f"{path} is not an exported model (no saved_model.pb or "

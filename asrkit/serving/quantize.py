@@ -40,7 +40,6 @@ is refused in one line: calibrating the in-graph greedy search's loop has not be
 from __future__ import annotations
 
 import collections
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asrkit.core.errors import AsrkitError
@@ -114,7 +113,7 @@ def utterances(run: Run, split: str, count: int, seed: int = REPRESENTATIVE_SEED
     limit = int(max_seconds * SAMPLE_RATE)
     audio = []
     for index in sorted(picked):
-        path = Path(dataset, rows[index].wav_filename)
+        path = dataset / rows[index].wav_filename
         try:
             samples = read_wav(path)
         except (OSError, EOFError) as error:  # a file gone or cut short since the import

@@ -86,6 +86,7 @@ from asrkit.config.overrides import DecoderChoice
 from asrkit.core.confidence import nbest_probabilities
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE, frame_seconds
+from asrkit.core.storage import Location, location
 from asrkit.core.viterbi import (
     Token,
     geometric_mean,
@@ -360,7 +361,7 @@ class CheckpointRecognizer(Recognizer):
     """A run's model restored from its ``best`` checkpoint (``latest`` when there is no best
     yet), or from ``latest`` when asked."""
 
-    def __init__(self, folder: str | Path, checkpoint: str = "best",
+    def __init__(self, folder: str | Location, checkpoint: str = "best",
                  chunk_ms: float | None = None, calibrated: bool = True) -> None:
         import tensorflow as tf
 
@@ -404,7 +405,7 @@ class ExportRecognizer(Recognizer):
     decoders (``attention-beam``, ``attention-greedy``; by default its run's) with those steps
     as the networks they call, so they decode the export as they decode the run."""
 
-    def __init__(self, path: str | Path | ExportedModel) -> None:
+    def __init__(self, path: str | Location | ExportedModel) -> None:
         self._export = path if isinstance(path, ExportedModel) else ExportedModel(path)
         path = self._export.path
         self._networks: Any = None
@@ -465,11 +466,11 @@ class ExportRecognizer(Recognizer):
         return words_from_tokens(tokens, None, self.labels, offset, self.frame_seconds)
 
 
-def load_recognizer(path: str | Path, checkpoint: str = "best",
+def load_recognizer(path: str | Location, checkpoint: str = "best",
                     calibrated: bool = True) -> Recognizer:
     """A run folder's checkpoint (its word confidences at its calibrated temperature, unless
-    ``calibrated`` is false) or an export, whichever ``path`` is."""
-    path = Path(path)
+    ``calibrated`` is false) or an export, whichever ``path`` (a folder or URL) is."""
+    path = location(path)
     if is_export(path):
         return ExportRecognizer(path)
     if (path / "config.json").exists():

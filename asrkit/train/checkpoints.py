@@ -17,14 +17,19 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asrkit.core.errors import AsrkitError
-from asrkit.core.files import append_line, sync_to_disk, write_atomic, write_durable
+from asrkit.core.files import (
+    append_line,
+    replace_durably,
+    sync_to_disk,
+    write_atomic,
+    write_durable,
+)
+from asrkit.core.storage import Location, StoragePath, rmtree
 
 if TYPE_CHECKING:
     import keras
@@ -52,8 +57,11 @@ def _reached(stage: str, save_number: int) -> None:
     (``tests/faults/sitecustomize.py``), so no switch in the shipped code can end a run."""
 
 
-def _sync_tree(folder: Path) -> None:
-    """Flush every file under ``folder`` to disk, then the names in it."""
+def _sync_tree(folder: Location) -> None:
+    """Flush every file under ``folder`` to disk, then the names in it (at a URL, each object
+    is stored when its writer closes it)."""
+    if isinstance(folder, StoragePath):
+        return
     for path in folder.iterdir():
         if path.is_dir():
             _sync_tree(path)
@@ -64,7 +72,7 @@ def _sync_tree(folder: Path) -> None:
 
 
 class Checkpoints:
-    def __init__(self, folder: Path, keep: int = 0,
+    def __init__(self, folder: Location, keep: int = 0,
                  on_saved: Callable[[str, dict[str, Any]], None] | None = None,
                  **trackables: Any) -> None:
         import tensorflow as tf
@@ -89,7 +97,7 @@ class Checkpoints:
         #: folders no pointer names are removed (the trainer hands checkpoints to a watcher).
         self.on_saved = on_saved
 
-    def _pointer(self, kind: str) -> Path:
+    def _pointer(self, kind: str) -> Location:
         return self.folder / f"{kind}.json"
 
     def save(self, kind: str, step: int, state: dict[str, Any]) -> None:
@@ -106,8 +114,7 @@ class Checkpoints:
         partial = pointer.with_name(pointer.name + ".partial")
         write_durable(partial, json.dumps({"folder": name, "state": state}, indent=2) + "\n")
         _reached("pointer", self.saves)
-        os.replace(partial, pointer)
-        sync_to_disk(self.folder)
+        replace_durably(partial, pointer)  # at a URL: the pointer object replaced whole
         _reached("switched", self.saves)
         if kind == "latest" and self.keep:
             self._remember(name, step)
@@ -227,7 +234,7 @@ class Checkpoints:
                 return
         for path in self.folder.iterdir() if self.folder.is_dir() else ():
             if path.name.startswith("ckpt-") and path.name not in keep:
-                shutil.rmtree(path, ignore_errors=True)
+                rmtree(path)
             elif path.name.endswith(".partial"):
                 path.unlink(missing_ok=True)
 
@@ -259,6 +266,6 @@ def untracked_weights(model: keras.Model) -> list[str]:
             if id(weight) not in seen and id(getattr(weight, "value", weight)) not in seen]
 
 
-def append_metrics(folder: Path, record: dict[str, Any]) -> None:
+def append_metrics(folder: Location, record: dict[str, Any]) -> None:
     """Append ``record`` to the run's ``metrics.jsonl``, on disk before the next step."""
     append_line(folder / "metrics.jsonl", json.dumps(record, sort_keys=True), sync=True)

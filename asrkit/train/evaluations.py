@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
+from asrkit.core.storage import Location
 from asrkit.dataset.shards import shard_paths
 from asrkit.pipeline.batches import make_dataset
 from asrkit.runs.scoring import Evaluation, evaluate_dataset
@@ -41,7 +41,7 @@ class SplitScorer:
     """Scores ``trained``'s weights on a split of ``run``'s dataset with the run's decoder;
     each split's batches are built once (their order is fixed: no shuffling)."""
 
-    def __init__(self, run: Run, dataset_dir: Path, extractor: FeatureExtractor,
+    def __init__(self, run: Run, dataset_dir: Location, extractor: FeatureExtractor,
                  trained: TrainedModel, progress: bool) -> None:
         self.run = run
         self.dataset_dir = dataset_dir

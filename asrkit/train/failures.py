@@ -30,6 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from asrkit.core.errors import AsrkitError
+from asrkit.core.storage import Location
 from asrkit.train.strategy import is_multi_worker
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def stop_on_interrupt() -> Iterator[Interrupt]:
 
 
 @contextlib.contextmanager
-def lost_workers_are_errors(folder: Path) -> Iterator[None]:
+def lost_workers_are_errors(folder: Location) -> Iterator[None]:
     """With several workers, a collective that fails or times out means a worker died or
     hung: say so in one line, and how to continue (the run in ``folder``)."""
     import tensorflow as tf
@@ -104,11 +105,11 @@ def out_of_memory_is_an_error(run: Run) -> Iterator[None]:
     except (tf.errors.OpError, OSError) as error:
         if (getattr(error, "errno", None) == errno.ENOSPC
                 or "No space left on device" in str(error)):
-            free = shutil.disk_usage(run.folder).free
+            free = (f" ({shutil.disk_usage(run.folder).free / 2**20:.0f} MiB free there)"
+                    if isinstance(run.folder, Path) else "")
             raise AsrkitError(
-                f"disk full: no space left on device writing into {run.folder} "
-                f"({free / 2**20:.0f} MiB free there); free some space, then continue with "
-                f"--resume {run.folder}"
+                f"disk full: no space left on device writing into {run.folder}{free}; free "
+                f"some space, then continue with --resume {run.folder}"
             ) from None
         seconds = run.pipeline.batch_seconds
         if isinstance(error, tf.errors.ResourceExhaustedError) and seconds:
@@ -136,7 +137,7 @@ class NonFiniteLosses:
     stops the run after ``max_bad_batches`` such batches in a row (``state`` counts them)."""
 
     def __init__(self, strategy: tf.distribute.Strategy, max_bad_batches: int,
-                 metrics: Callable[[dict[str, Any]], None], folder: Path) -> None:
+                 metrics: Callable[[dict[str, Any]], None], folder: Location) -> None:
         self.strategy = strategy
         self.max_bad_batches = max_bad_batches
         self.metrics = metrics

@@ -18,10 +18,10 @@ import contextlib
 import math
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from asrkit.core.frames import frame_seconds
+from asrkit.core.storage import Location
 from asrkit.dataset.folders import load_dataset_json
 from asrkit.pipeline.batches import (
     PaddingMeter,
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from asrkit.types import FeatureExtractor
 
 
-def estimated_steps_per_epoch(run: Run, dataset_dir: Path, replicas: int) -> int | None:
+def estimated_steps_per_epoch(run: Run, dataset_dir: Location, replicas: int) -> int | None:
     """Steps an epoch from the split's utterance count, before the first epoch has counted
     them (bucketing adds up to one partial batch per bucket)."""
     config = run.train
@@ -69,7 +69,7 @@ def estimated_steps_per_epoch(run: Run, dataset_dir: Path, replicas: int) -> int
     return max(1, math.ceil(count / (config.batch_size * replicas)))
 
 
-def epoch_batches(run: Run, strategy: tf.distribute.Strategy, dataset_dir: Path,
+def epoch_batches(run: Run, strategy: tf.distribute.Strategy, dataset_dir: Location,
                   extractor: FeatureExtractor, start: int, stop: int,
                   skip_steps: int) -> tf.distribute.DistributedDataset:
     """Distributed batches of epochs ``start`` to ``stop - 1``, minus the first
@@ -118,7 +118,7 @@ def epoch_batches(run: Run, strategy: tf.distribute.Strategy, dataset_dir: Path,
 class StepLoop:
     """One fit's loop over steps and epochs, from ``state`` to the stop (:meth:`run`)."""
 
-    def __init__(self, run: Run, strategy: tf.distribute.Strategy, dataset_dir: Path,
+    def __init__(self, run: Run, strategy: tf.distribute.Strategy, dataset_dir: Location,
                  extractor: FeatureExtractor, trained: TrainedModel, growth: Growth | None,
                  dev: DevEvaluations, records: RunRecords, schedule: Schedule,
                  clock: RunClock, bar: RunProgress, interrupt: Interrupt,

@@ -6,9 +6,9 @@ folder, so each record is written once; the others' writes go nowhere.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from asrkit.core.storage import Location
 from asrkit.train.checkpoints import append_metrics
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ class RunRecords:
     """The run's ``metrics.jsonl`` and TensorBoard summaries in ``folder``, written by the
     ``chief`` only."""
 
-    def __init__(self, folder: Path, chief: bool) -> None:
+    def __init__(self, folder: Location, chief: bool) -> None:
         self.folder = folder
         self.chief = chief
         self.writer: tf.summary.SummaryWriter | None = None

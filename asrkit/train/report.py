@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import fits, frame_seconds
+from asrkit.core.storage import Location, location
 from asrkit.dataset.manifest import read_csv
 from asrkit.pipeline.batches import WAV_HEADER_BYTES
 from asrkit.runs.scoring import write_report
@@ -33,11 +34,11 @@ if TYPE_CHECKING:
 TOO_SHORT_NAMED = 100
 
 
-def too_short(run: Run, dataset_dir: Path | str, split: str) -> list[str]:
+def too_short(run: Run, dataset_dir: Location | str, split: str) -> list[str]:
     """The audio files of ``split`` (from ``<split>.csv``; none without it) that are too short
     for their transcripts with ``run``'s features, model and training objective (its
     ``frames_needed``)."""
-    path = Path(dataset_dir) / f"{split}.csv"
+    path = location(dataset_dir) / f"{split}.csv"
     if not path.is_file():
         return []
     objective, objective_config = run.objective, run.objective_config
@@ -55,7 +56,7 @@ def too_short(run: Run, dataset_dir: Path | str, split: str) -> list[str]:
     return short
 
 
-def warn_too_short(run: Run, dataset_dir: Path, extractor: FeatureExtractor, split: str,
+def warn_too_short(run: Run, dataset_dir: Location, extractor: FeatureExtractor, split: str,
                    records: RunRecords) -> None:
     """Warn once, before training, of the utterances of ``split`` that the run's objective
     cannot align with this run's features and model (:func:`asrkit.core.frames.fits`, from

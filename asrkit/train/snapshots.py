@@ -20,6 +20,7 @@ from typing import Any
 
 from asrkit.core.files import write_atomic
 from asrkit.core.locks import lock_held
+from asrkit.core.storage import Location
 
 WATCH_FOLDER = "watch"
 PENDING = "pending"
@@ -68,14 +69,15 @@ def link_snapshot(checkpoints: Path, pending: Path, name: str, state: dict[str, 
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def hand_over(run_folder: Path, name: str, state: dict[str, Any]) -> None:
+def hand_over(run_folder: Location, name: str, state: dict[str, Any]) -> None:
     """Called by the trainer after each save, before it deletes the checkpoints no pointer
     names: when a watcher watches the run, link the new checkpoint into its ``pending`` folder
     at once. The watcher's own reading of the pointers can miss a checkpoint that the next save
     replaces within its poll (a small model saving every few steps, a loaded machine); this
     way every checkpoint saved while a watcher runs reaches it. A failure here never stops a
-    training: the watcher still reads the pointers."""
-    if not watched(run_folder):
+    training: the watcher still reads the pointers. A run at a URL has no watcher (``evaluate
+    --watch`` links snapshots, which object storage cannot)."""
+    if not isinstance(run_folder, Path) or not watched(run_folder):
         return
     with contextlib.suppress(OSError):
         link_snapshot(run_folder / "checkpoints", run_folder / WATCH_FOLDER / PENDING, name,

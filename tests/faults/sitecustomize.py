@@ -11,6 +11,9 @@ starts turns these variables into faults in that process and in the worker proce
   with ENOSPC, as a full disk fails it.
 - ``ASRKIT_TEST_STALL_AFTER_WAVS=N``: a converting process stops for good instead of writing
   its (N+1)-th recording (its other threads go on), for the test to kill it at that point.
+- ``ASRKIT_TEST_KILL_AFTER_COPIES=N``: end the process at once (exit status 9) in the middle of
+  its (N+1)-th file copy to a URL (an upload), after its ``.partial`` object is written and
+  before it is renamed into place.
 
 Not a fault, a measurement: ``ASRKIT_TEST_PEAK_FILE=PATH`` writes, at exit, the process's peak
 resident memory with its waited-for children's, in KiB. Its own is ``VmHWM``, not
@@ -78,3 +81,17 @@ if _stall_after:
         _converted += 1
 
     convert._before_write = _stall
+
+_kill_after_copies = os.environ.get("ASRKIT_TEST_KILL_AFTER_COPIES")
+if _kill_after_copies:
+    from asrkit.core import files
+
+    _copies = 0
+
+    def _killed_midway(partial: object, target: object) -> None:
+        global _copies
+        if _copies >= int(_kill_after_copies or 0):
+            os._exit(9)
+        _copies += 1
+
+    files._before_rename = _killed_midway
