@@ -337,3 +337,47 @@ def test_features_of_a_dataset_at_a_url_are_cached_on_local_disk(bucket, tmp_pat
             "-o", f"pipeline.cache={cache}", "-o", "evaluate_dev=false", "--no-progress"]))
     written = sorted(p.name for p in cache.iterdir())
     assert any(name.startswith("train-") for name in written), written
+
+
+def test_a_bucket_folder_asrkit_did_not_write_is_never_written_into(bucket, home_cli):
+    cli = home_cli
+    (bucket / "mine" / "notes.txt").write_text("a user's\n")
+    refused = cli(["import", "sample", "--output", bucket / "mine", "--no-progress"])
+    assert refused.exit_code == 1 and "did not write (notes.txt)" in refused.stderr
+    assert (bucket / "mine" / "notes.txt").read_text() == "a user's\n"
+    # An upload killed in its very first copy left only the marker's .partial: not foreign.
+    (bucket / "new" / ".asrkit-output.partial").write_text("")
+    ok(cli(["import", "sample", "--output", bucket / "new", "--no-progress"]))
+
+
+def test_fine_tuning_from_a_run_at_a_url(bucket, tmp_path, home_cli, monkeypatch):
+    cli = home_cli
+    ok(cli(["import", "sample", "--output", bucket / "ds", "--no-progress"]))
+    ok(cli(["train", "--dataset", bucket / "ds", "--run-dir", bucket / "runs" / "source",
+            *TRAIN]))
+    tuned = ok(cli(["train", "--dataset", bucket / "ds", "--run-dir", tmp_path / "tuned",
+                    "--init-from", f"{bucket}/runs/source:latest", "--epochs", "1",
+                    "--batch-size", "4", "--no-progress"]))
+    assert "finished after" in tuned.stdout
+    config = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert config["train"]["init_from"] == f"{bucket}/runs/source:latest"
+
+
+def test_step_records_at_a_url_are_written_together(bucket, monkeypatch):
+    from asrkit.train import records
+
+    now = [0.0]
+    monkeypatch.setattr(records.time, "monotonic", lambda: now[0])
+    written = records.RunRecords(bucket / "run", chief=True)
+    path = bucket / "run" / "metrics.jsonl"
+    for step, now[0] in ((1, 1.0), (2, 2.0)):
+        written.metrics({"event": "step", "step": step})
+    assert not path.exists()  # waiting
+    now[0] = 40.0
+    written.metrics({"event": "step", "step": 3})  # 30 s since the last write: all three
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
+    now[0] = 41.0
+    written.metrics({"event": "step", "step": 4})  # waits
+    written.metrics({"event": "evaluation", "step": 4})  # not a step: written at once
+    assert [json.loads(line)["event"] for line in path.read_text().splitlines()] == [
+        "step", "step", "step", "step", "evaluation"]

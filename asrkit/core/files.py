@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 from collections.abc import Iterable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -183,15 +182,9 @@ def download_file(source: StoragePath) -> Path:
 def download_folder(source: StoragePath) -> Path:
     """A local copy of the folder at the URL ``source`` (an export, for runtimes that read
     local files only), in a temporary folder removed when the process exits."""
-    import tensorflow as tf
-
     local = _scratch_folder()
-    for folder, _, files in tf.io.gfile.walk(str(source)):
-        inner = local / StoragePath(folder).relative_to(source) \
-            if folder.rstrip("/") != str(source) else local
-        inner.mkdir(parents=True, exist_ok=True)
-        for name in files:
-            tf.io.gfile.copy(posixpath.join(folder, name), str(inner / name))
+    for name in source.files():
+        copy_file(source / name, local / name)
     return local
 
 

@@ -171,6 +171,15 @@ class StoragePath:
         for name in sorted(_gfile().listdir(self._url)):
             yield self / name.rstrip("/")
 
+    def files(self) -> list[str]:
+        """Every file (object) under this folder, as paths relative to it, sorted."""
+        found = []
+        for folder, _, names in _gfile().walk(self._url):
+            inner = StoragePath(folder)
+            prefix = "" if inner == self else inner.relative_to(self) + "/"
+            found.extend(prefix + name for name in names)
+        return sorted(found)
+
     def glob(self, pattern: str) -> Iterator[StoragePath]:
         """The entries under this folder whose relative path matches ``pattern`` (``*`` does
         not cross ``/``, as in ``pathlib``; ``**`` is not supported)."""

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from asrkit import __version__
 from asrkit.core.errors import AsrkitError
+from asrkit.core.storage import StoragePath
 
 #: The file that says "asrkit made this folder", written when asrkit creates an output folder.
 MARKER = ".asrkit-output"
@@ -58,10 +59,27 @@ DATASET = Layout("dataset", (MARKER, "dataset.json", "alphabet.txt", "*.csv", "*
                   ".import": ("*",)},
                  evidence=("dataset.json", ".import"))
 #: Everything ``asrkit export`` writes: a SavedModel, a TFLite flatbuffer or an ONNX model, and
-#: their metadata.
+#: their metadata (``*.partial``: objects of an upload to a URL cut short).
 EXPORT = Layout("export", (MARKER, "saved_model.pb", "fingerprint.pb", "model.tflite",
-                           "model.onnx", "asrkit.json", "alphabet.txt"),
+                           "model.onnx", "tokens.txt", "asrkit.json", "alphabet.txt", "*.partial"),
                 {"variables": ("*",), "assets": ("*",)}, evidence=("asrkit.json",))
+
+
+def holds_ours(url: StoragePath, layout: Layout) -> bool:
+    """Whether the folder at ``url`` holds an output of asrkit's (False: nothing is there). One
+    that holds objects asrkit does not write, or no marker, is an :class:`OutputError`: a
+    bucket's folder is written into or replaced only when asrkit made it, as a local one."""
+    names = url.files() if url.is_dir() else []
+    if not names:
+        return False
+    others = [name for name in names if not layout.owns(name, False)]
+    # An upload killed in its first copy leaves only a ``.partial`` object, the marker's own.
+    unmarked = MARKER not in names and not all(name.endswith(".partial") for name in names)
+    if others or unmarked:
+        shown = ", ".join((others or names)[:3])
+        raise OutputError(f"{url} holds objects asrkit did not write ({shown}); refusing to "
+                          "write into it: choose another --output")
+    return True
 
 
 def mark(folder: Path, layout: Layout) -> None:

@@ -18,11 +18,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from asrkit.core.errors import AsrkitError
 from asrkit.core.files import upload_folder
 from asrkit.core.storage import StoragePath
 from asrkit.dataset.folders import DATASET_JSON
-from asrkit.importing.outputs import MARKER
+from asrkit.importing.outputs import DATASET, holds_ours
 
 #: What stays in the staging folder: the import's resumable work state.
 LOCAL_ONLY = (".import",)
@@ -36,16 +35,9 @@ def staging_folder(home: Path, url: StoragePath) -> Path:
 
 
 def check_target(url: StoragePath, force: bool) -> None:
-    """Refuse to write into a URL folder asrkit did not make (objects there, no marker); with
-    ``--force``, empty one it made."""
-    if not url.is_dir():
-        return
-    if not (url / MARKER).exists():
-        if any(True for _ in url.iterdir()):
-            raise AsrkitError(f"{url} holds objects asrkit did not write; refusing to write "
-                              "into it: choose another --output")
-        return
-    if force:
+    """Refuse to write into a URL folder asrkit did not make; with ``--force``, empty one it
+    made (a dataset), to upload anew."""
+    if holds_ours(url, DATASET) and force:
         url.rmtree()
 
 

@@ -382,12 +382,8 @@ def _check_target(target: Location, run_folder: Location, force: bool) -> None:
         if str(run_folder).startswith(str(target) + "/") or target == run_folder:
             raise ExportError(f"{target} holds the run ({run_folder}); refusing to write an "
                               "export over it: choose another --output")
-        if target.is_dir() and any(True for _ in target.iterdir()):
-            if not force:
-                raise ExportError(f"{target} already exists; pass --force to replace it")
-            if not (target / outputs.MARKER).exists():
-                raise ExportError(f"{target} holds objects asrkit did not write; refusing to "
-                                  "replace it: choose another --output")
+        if outputs.holds_ours(target, outputs.EXPORT) and not force:
+            raise ExportError(f"{target} already exists; pass --force to replace it")
         return
     assert isinstance(run_folder, Path)
     outputs.check_not_current(target, "write an export over")

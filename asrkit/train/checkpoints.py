@@ -266,6 +266,7 @@ def untracked_weights(model: keras.Model) -> list[str]:
             if id(weight) not in seen and id(getattr(weight, "value", weight)) not in seen]
 
 
-def append_metrics(folder: Location, record: dict[str, Any]) -> None:
-    """Append ``record`` to the run's ``metrics.jsonl``, on disk before the next step."""
-    append_line(folder / "metrics.jsonl", json.dumps(record, sort_keys=True), sync=True)
+def append_metrics(folder: Location, *records: dict[str, Any]) -> None:
+    """Append ``records`` to the run's ``metrics.jsonl``, on disk before the next step."""
+    append_line(folder / "metrics.jsonl",
+                "\n".join(json.dumps(record, sort_keys=True) for record in records), sync=True)

@@ -97,6 +97,7 @@ class Trainer:
                             self.trained, self.growth, self.dev, self.records, schedule, clock,
                             bar, interrupt, PaddingMeter())
             loop.run_to_the_end(state)
+        self.records.flush()
         if state.stop_reason == "interrupted":
             tqdm.write(f"asrkit: interrupted at step {state.global_step}; saved. Continue with: "
                        f"asrkit train --resume {self.run.folder}", file=sys.stderr)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from asrkit.config.overrides import Overrides, Setting
 from asrkit.config.run import typed_settings
 from asrkit.core.errors import AsrkitError
 from asrkit.core.settings import to_dict
+from asrkit.core.storage import Location, location
 from asrkit.runs.run import Run, load_run
 from asrkit.train.checkpoints import KINDS, Checkpoints, networks
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 class InitSource:
     """A run folder and which of its checkpoints to start from."""
 
-    folder: Path
+    folder: Location
     kind: str
 
     def __str__(self) -> str:
@@ -53,7 +53,7 @@ def parse_init_from(text: str) -> InitSource:
     name, colon, kind = text.rpartition(":")
     if not (colon and kind in KINDS):
         name, kind = text, ""
-    folder = Path(name)
+    folder = location(name)
     if not (folder / "config.json").exists():
         raise AsrkitError(f"--init-from {text}: {folder} is not a run folder (no config.json)")
     found = [k for k in KINDS if _has_checkpoint(folder, k)]
@@ -67,7 +67,7 @@ def parse_init_from(text: str) -> InitSource:
     return InitSource(folder, kind)
 
 
-def _has_checkpoint(folder: Path, kind: str) -> bool:
+def _has_checkpoint(folder: Location, kind: str) -> bool:
     checkpoints = folder / "checkpoints"
     return checkpoints.is_dir() and Checkpoints(checkpoints).state(kind) is not None
 
@@ -185,7 +185,7 @@ def initialise(model: keras.Model, init_from: str, reset: Iterable[str],
     source_head = (source_run.objective.build(source_run.objective_config,
                                               source_run.encoder_width(), source_run.labels)
                    if head is not None and source_run.train.objective == objective else None)
-    state = Checkpoints(Path(name) / "checkpoints",
+    state = Checkpoints(location(name) / "checkpoints",
                         **networks(source_model, source_head)).restore(kind)
     if state is None:
         raise AsrkitError(f"init_from {init_from}: {name} has no checkpoint")
