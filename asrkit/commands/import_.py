@@ -80,9 +80,8 @@ def import_command(importer: Importer) -> click.Command:
 
         url = params["output"] if isinstance(params["output"], StoragePath) else None
         if url is not None:  # imported in a local staging folder, then uploaded
-            from asrkit.importing.upload import check_target, staging_folder
+            from asrkit.importing.upload import check_target, staging_folder, upload
 
-            check_target(url, config.force)
             config = dataclasses.replace(config, output=staging_folder(config.home, url))
         dataset = config.output or config.home / "datasets" / importer.dataset_name(options)
         # One import at a time into a dataset folder; a lock that cannot be made (ASRKIT_HOME a
@@ -90,14 +89,13 @@ def import_command(importer: Importer) -> click.Command:
         with contextlib.ExitStack() as held:
             if url is not None:
                 held.enter_context(folder_lock(url, "import"))
+                check_target(url, config.force)  # under the lock: --force empties the folder
             held.enter_context(_disk_errors_named(dataset, config))
             held.enter_context(folder_lock(dataset, "import"))
             if not config.force and (dataset / DATASET_JSON).exists():
                 load_dataset_json(dataset)  # a damaged one is a one-line error
             result = run_import(importer, options, config, provider)
             if url is not None:
-                from asrkit.importing.upload import upload
-
                 copied = upload(dataset, url, progress=config.progress)
                 result = dataclasses.replace(result, dataset=url,
                                              did_work=result.did_work or copied > 0)

@@ -83,13 +83,17 @@ def write_atomic(path: Location, text: str) -> None:
 
 
 def copy_file(source: Location, target: Location) -> None:
-    """Copy one file between any two locations (local or URL) through a ``.partial`` name, so
-    that ``target`` appears only whole."""
+    """Copy one file between any two locations (local or URL) so that ``target`` appears only
+    whole: through a ``.partial`` name renamed into place, except in an object store (``gs://``,
+    ``s3://``), where an object appears only once its upload completes and a rename would cost
+    a second copy."""
     import tensorflow as tf
 
+    if isinstance(target, StoragePath) and target.in_object_store:
+        tf.io.gfile.copy(as_text(source), str(target), overwrite=True)
+        return
     partial = target.with_name(target.name + ".partial")
-    if not isinstance(target, StoragePath) or not target.in_object_store:
-        target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
     tf.io.gfile.copy(as_text(source), as_text(partial), overwrite=True)
     _before_rename(partial, target)
     replace_durably(partial, target)
@@ -153,12 +157,13 @@ def upload_folder(source: Path, target: StoragePath, last: str, exclude: tuple[s
         raise FileNotFoundError(2, "nothing finished to upload", str(source / last))
     names = [name for name in names if name != last] + [last]
     sizes = {name: (source / name).stat().st_size for name in names}
+    fresh = not target.is_dir()  # nothing there to skip: no request per object to ask
     copied = 0
     with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc=f"upload {target}",
               disable=not progress) as bar:
         for name in names:
             there = target / name
-            if name == last or not there.exists() or there.size() != sizes[name]:
+            if fresh or name == last or not there.exists() or there.size() != sizes[name]:
                 copy_file(source / name, there)
                 copied += 1
             bar.update(sizes[name])

@@ -169,15 +169,19 @@ class StoragePath:
 
     def iterdir(self) -> Iterator[StoragePath]:
         for name in sorted(_gfile().listdir(self._url)):
-            yield self / name.rstrip("/")
+            child = self / name.rstrip("/")
+            # ram:// lists by name prefix: "runs/r" also lists the "runs/r.lock" beside it.
+            if not self._url.startswith("ram://") or child.exists():
+                yield child
 
     def files(self) -> list[str]:
         """Every file (object) under this folder, as paths relative to it, sorted."""
         found = []
-        for folder, _, names in _gfile().walk(self._url):
-            inner = StoragePath(folder)
-            prefix = "" if inner == self else inner.relative_to(self) + "/"
-            found.extend(prefix + name for name in names)
+        for child in self.iterdir():
+            if child.is_dir():
+                found.extend(f"{child.name}/{name}" for name in child.files())
+            else:
+                found.append(child.name)
         return sorted(found)
 
     def glob(self, pattern: str) -> Iterator[StoragePath]:

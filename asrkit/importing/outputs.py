@@ -68,15 +68,16 @@ EXPORT = Layout("export", (MARKER, "saved_model.pb", "fingerprint.pb", "model.tf
 def holds_ours(url: StoragePath, layout: Layout) -> bool:
     """Whether the folder at ``url`` holds an output of asrkit's (False: nothing is there). One
     that holds objects asrkit does not write, or no marker, is an :class:`OutputError`: a
-    bucket's folder is written into or replaced only when asrkit made it, as a local one."""
-    names = url.files() if url.is_dir() else []
-    if not names:
+    bucket's folder is written into or replaced only when asrkit made it, as a local one. Only
+    its top level is read (a dataset's ``audio/`` may hold a million objects)."""
+    entries = {child.name: child.is_dir() for child in url.iterdir()} if url.is_dir() else {}
+    if not entries:
         return False
-    others = [name for name in names if not layout.owns(name, False)]
+    others = [name for name, is_dir in entries.items() if not layout.owns(name, is_dir)]
     # An upload killed in its first copy leaves only a ``.partial`` object, the marker's own.
-    unmarked = MARKER not in names and not all(name.endswith(".partial") for name in names)
+    unmarked = MARKER not in entries and not all(name.endswith(".partial") for name in entries)
     if others or unmarked:
-        shown = ", ".join((others or names)[:3])
+        shown = ", ".join((others or sorted(entries))[:3])
         raise OutputError(f"{url} holds objects asrkit did not write ({shown}); refusing to "
                           "write into it: choose another --output")
     return True

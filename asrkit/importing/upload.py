@@ -5,8 +5,10 @@ the URL>``), where it converts, shards and resumes exactly as a local import doe
 files are then uploaded (:func:`asrkit.core.files.upload_folder`). Two rules make a killed
 upload harmless:
 
-- every object is written as ``NAME.partial`` and renamed into place, so an object under its
-  final name is whole (a rerun skips those whose size matches the staged file's);
+- an object under its final name is whole: an object store shows one only once its upload
+  completes, and elsewhere (``file://``, HDFS) each is written as ``NAME.partial`` and renamed
+  into place (:func:`asrkit.core.files.copy_file`); a rerun skips those whose size matches the
+  staged file's;
 - ``dataset.json`` goes last: a dataset at a URL without it is an unfinished upload, which
   training refuses (``resolve_dataset``) and a rerun of the import completes.
 
