@@ -154,9 +154,7 @@ def test_import_train_evaluate_transcribe_export_at_a_url_match_local_disk(
     for root in (str(bucket), str(local)):
         out = _train_killed_and_resumed(cli, monkeypatch, f"{root}/ds", f"{root}/runs/r")
         assert "continuing the run" in out
-        evaluation = ok(cli(["evaluate", f"{root}/runs/r", "--json", f"{root}/eval.json",
-                             "--no-progress"]))
-        del evaluation
+        ok(cli(["evaluate", f"{root}/runs/r", "--json", f"{root}/eval.json", "--no-progress"]))
         report = json.loads(location(f"{root}/eval.json").read_text())
         text = ok(cli(["transcribe", "--model", f"{root}/runs/r", AUDIO, "--json"])).stdout
         ok(cli(["export", f"{root}/runs/r", "--output", f"{root}/export"]))

@@ -28,9 +28,10 @@ class LocationType(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
-        if isinstance(value, StoragePath) or not is_url(str(value)):
-            return value if isinstance(value, StoragePath) else \
-                self.local.convert(value, param, ctx)
+        if isinstance(value, StoragePath):
+            return value
+        if not is_url(str(value)):
+            return self.local.convert(value, param, ctx)
         url = StoragePath(value)
         if self.exists and not url.exists():
             self.fail(f"{str(url)!r} does not exist.", param, ctx)

@@ -142,8 +142,8 @@ def write_json(path: Location, data: dict[str, Any]) -> None:
 def upload_folder(source: Path, target: StoragePath, last: str, exclude: tuple[str, ...] = (),
                   progress: bool = False) -> int:
     """Copy the local folder ``source`` to the URL ``target`` (every file but those under the
-    top-level names ``exclude``), each object through a ``.partial`` name, the file ``last``
-    after all others: its presence at ``target`` says the copy is whole, so a killed upload is
+    top-level names ``exclude``), each one whole (:func:`copy_file`), the file ``last`` after
+    all others: its presence at ``target`` says the copy is whole, so a killed upload is
     never taken for a finished one. Objects already there whole (the same size) are not copied
     again: a rerun continues. Returns how many files were copied."""
     from tqdm import tqdm

@@ -67,8 +67,11 @@ def lock_path(folder: str | Location) -> Location:
     """``<folder>.lock`` beside the real folder: links resolved, so that ``runs/x`` and a link
     to it (or a path through a linked parent) share one lock."""
     folder = location(folder)
-    return folder.with_name(folder.name + ".lock") if isinstance(folder, StoragePath) \
-        else _local_lock(folder)
+    return _url_lock_path(folder) if isinstance(folder, StoragePath) else _local_lock(folder)
+
+
+def _url_lock_path(folder: StoragePath) -> StoragePath:
+    return folder.with_name(folder.name + ".lock")
 
 
 def _local_lock(folder: Path) -> Path:
@@ -300,8 +303,7 @@ def _url_owner(path: StoragePath) -> dict[str, Any] | None:
 
 @contextlib.contextmanager
 def _url_lock(folder: StoragePath, purpose: str, hint: str) -> Iterator[None]:
-    path = lock_path(folder)
-    assert isinstance(path, StoragePath)
+    path = _url_lock_path(folder)
     stale = _url_owner(path)
     if stale is not None:
         if is_foreign(stale):
@@ -327,8 +329,7 @@ def _url_lock(folder: StoragePath, purpose: str, hint: str) -> Iterator[None]:
 
 
 def _url_unlock(folder: StoragePath, force: bool) -> dict[str, Any] | None:
-    path = lock_path(folder)
-    assert isinstance(path, StoragePath)
+    path = _url_lock_path(folder)
     owner = _url_owner(path)
     if owner is None:
         return None
