@@ -444,7 +444,8 @@ class Objective(ABC):
     **Presets.** ``presets`` maps a model preset's name (``full``, ``cpu``, ...) to the
     objective's settings for it (``{"objective.joint_dim": "128"}``), applied after the
     model's preset and before the user's ``-o``: a transducer's networks shrink with the
-    encoder on a CPU.
+    encoder on a CPU. ``train`` settings may be among them (an attention run's ``cpu`` preset
+    scores its dev evaluations greedily: ``{"train.dev_decoder": "attention-greedy"}``).
 
     Why a separate kind, and not a part of each model: the objective is a choice orthogonal to
     the architecture (any encoder with any objective), and it holds what must stay consistent

@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 
 from asrkit import plugins
+from asrkit.config.overrides import parse_overrides
+from asrkit.config.run import build_run_config
+from asrkit.core.errors import AsrkitError
 from tests.conftest import SPEECH, ok
 
 CLIP = SPEECH / "ldc93s1" / "LDC93S1.wav"
@@ -152,3 +155,42 @@ def test_the_objective_presets_and_settings_are_listed(cli):
     for key in ("decoder.beam_width", "decoder.ctc_weight", "decoder.max_length_ratio"):
         assert key in decoders.stdout
     assert set(plugins.get("objective", "attention").presets) >= {"full", "cpu", "tiny"}
+
+
+def evaluations(run):
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [record for record in map(json.loads, lines) if record.get("event") == "evaluation"]
+
+
+def test_the_dev_evaluations_decode_with_the_dev_decoder_and_the_report_with_the_runs(
+        cli, tmp_path):
+    """``-o dev_decoder=attention-greedy``: every dev evaluation while training is the greedy
+    search's (each record names the decoder that scored it); the final report and ``evaluate``
+    keep the run's joint beam search."""
+    run = tmp_path / "run"
+    ok(cli(["train", "--model", "conformer", "-o", "preset=tiny", "-o", "objective=attention",
+            "-o", "dev_decoder=attention-greedy", "-o", "max_steps=3", "--batch-size", "4",
+            "--run-dir", run, "--no-progress"]))
+    scored = evaluations(run)
+    assert scored and {record["decoder"] for record in scored} == {"attention-greedy"}
+    assert scored[-1]["step"] == 3
+    assert json.loads((run / "report.json").read_text())["decoder"] == "attention-beam"
+    assert evaluate(cli, run)["decoder"] == "attention-beam"
+
+
+def test_an_attention_runs_cpu_preset_scores_dev_greedily_unless_told(cli):
+    """The ``cpu`` preset's dev evaluations use the decoder's greedy search (the joint beam
+    search took minutes of a half-hour run); ``-o dev_decoder=`` gives back the run's own; a
+    decoder that cannot read the objective's outputs is refused before any work."""
+    def train_config(*settings):
+        overrides = parse_overrides(["objective=attention", "preset=cpu", *settings])
+        return build_run_config({"model": "conformer"}, overrides)[0].train
+
+    assert train_config().dev_decoder == "attention-greedy"
+    assert train_config().decoder == "attention-beam"
+    assert train_config("dev_decoder=").dev_decoder == ""
+    with pytest.raises(AsrkitError, match="the greedy decoder reads ctc-logits, not the "
+                                          "attention objective's outputs"):
+        train_config("dev_decoder=greedy")
+    ctc = build_run_config({"model": "conformer"}, parse_overrides(["preset=cpu"]))[0].train
+    assert ctc.dev_decoder == ""

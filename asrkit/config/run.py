@@ -103,14 +103,15 @@ def step_cap(overrides: Overrides) -> tuple[Overrides, str]:
 
 
 def check_names(train: TrainConfig) -> None:
-    """Check that the model, its feature extractor, the decoder and the objective that
-    ``train`` names are installed, and that the decoder decodes the objective's outputs, so
+    """Check that the model, its feature extractor, the decoders and the objective that
+    ``train`` names are installed, and that the decoders decode the objective's outputs, so
     that a misspelt name stops a run before any work (not after an epoch, when the dev
     evaluation first needs the decoder). The error lists the installed names."""
     spec = plugins.get("model", train.model)
     plugins.get("feature", train.features or spec.features)
-    plugins.get("decoder", train.decoder)
-    check_decodes(plugins.get("objective", train.objective), train.decoder)
+    objective = plugins.get("objective", train.objective)
+    for decoder in filter(None, (train.decoder, train.dev_decoder)):
+        check_decodes(objective, decoder)
 
 
 def build_run_config(named: Mapping[str, Any], overrides: Overrides) -> tuple[RunConfig, str]:

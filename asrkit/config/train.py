@@ -96,6 +96,12 @@ class TrainConfig:
     #: ``asrkit evaluate --watch`` scores the checkpoints in another process.
     evaluate_dev: bool = True
     decoder: str = "greedy"
+    #: The decoder of the dev evaluations while training (the run's decoder settings when it
+    #: is ``decoder``, else its own defaults); empty: ``decoder``. A search much dearer than
+    #: greedy (an attention run's joint beam) otherwise spends a share of a short run's minutes
+    #: on dev; the best checkpoint is then the best by this decoder's score, and the final
+    #: report, ``asrkit evaluate``, ``transcribe`` and ``export`` still use ``decoder``.
+    dev_decoder: str = ""
     #: The training objective (:class:`asrkit.types.Objective`): what the model's output frames
     #: are trained to be, with the loss; its settings are ``-o objective.KEY=VALUE``. Fixed once
     #: the run has started.

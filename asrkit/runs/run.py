@@ -123,6 +123,12 @@ class Run:
         """``train.decoder`` with this run's decoder settings."""
         return self.choose_decoder(DecoderChoice())
 
+    @property
+    def dev_decoder(self) -> Decoder:
+        """The decoder of the dev evaluations while training: ``train.dev_decoder`` (with the
+        run's decoder settings when it is the run's decoder), else the run's."""
+        return self.choose_decoder(DecoderChoice(name=self.train.dev_decoder or None))
+
     def choose_decoder(self, choice: DecoderChoice) -> Decoder:
         """The decoder a command decoding this run's outputs uses: the run's, or the one
         ``choice`` names, with ``choice``'s settings over the run's (or that decoder's own); a
@@ -185,7 +191,7 @@ def new_run(config: RunConfig, folder: Location | None, preset_note: str = "") -
     run = Run(folder or Path(), config, alphabet, preset_note=preset_note,
               feature_width=int(extractor.num_features(config.features)),
               tokenizer_file=_tokenizer_file(train, dataset))
-    try_decoder(run.decoder, run.labels)  # e.g. a language model it needs: now, not at the end
+    try_decoders(run)
     return replace(run, folder=folder or unfinished_run(config) or next_run_folder(train.model))
 
 
@@ -263,8 +269,16 @@ def resume_run(run: Run, overrides: Overrides) -> Run:
     """``run`` with the settings a resumed run may change changed
     (:func:`asrkit.config.run.resume_config`), its decoder tried at once."""
     changed = replace(run, config=resume_config(run.config, overrides))
-    try_decoder(changed.decoder, changed.labels)
+    try_decoders(changed)
     return changed
+
+
+def try_decoders(run: Run) -> None:
+    """Try the run's decoder and its dev evaluations' now, so that what they need and lack
+    (e.g. a language model) stops the command at its start, not at the first evaluation."""
+    try_decoder(run.decoder, run.labels)
+    if run.train.dev_decoder:
+        try_decoder(run.dev_decoder, run.labels)
 
 
 def load_run(folder: str | Location) -> Run:

@@ -3,12 +3,13 @@
 
 A dev evaluation follows each epoch, every ``eval_every_steps`` updates or
 ``eval_every_minutes`` minutes (on one machine only: workers' clocks differ, and every worker
-must evaluate at the same steps to take the same plateau decisions), and the stop. Each one
-scores the weights that are exported (their moving average, when kept); a better score than the
-best so far by ``min_delta`` saves them as the ``best`` checkpoint, which is what the run ends
-with. The learning rate reacts to the score (:func:`asrkit.train.schedules.after_evaluation`:
-a plateau first reloads the best weights, as DeepSpeech does), and ``early_stop_patience``
-evaluations without improvement stop the run.
+must evaluate at the same steps to take the same plateau decisions), and the stop, decoding with
+``train.dev_decoder`` (the run's decoder unless set: a cheaper search leaves a short run more of
+its minutes to train). Each one scores the weights that are exported (their moving average,
+when kept); a better score than the best so far by ``min_delta`` saves them as the ``best``
+checkpoint, which is what the run ends with. The learning rate reacts to the score
+(:func:`asrkit.train.schedules.after_evaluation`: a plateau first reloads the best weights, as
+DeepSpeech does), and ``early_stop_patience`` evaluations without improvement stop the run.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ if TYPE_CHECKING:
 
 
 class SplitScorer:
-    """Scores ``trained``'s weights on a split of ``run``'s dataset with the run's decoder;
-    each split's batches are built once (their order is fixed: no shuffling)."""
+    """Scores ``trained``'s weights on a split of ``run``'s dataset with the run's decoder (or
+    another: the dev evaluations' own); each split's batches are built once (their order is
+    fixed: no shuffling)."""
 
     def __init__(self, run: Run, dataset_dir: Location, extractor: FeatureExtractor,
                  trained: TrainedModel, progress: bool) -> None:
@@ -54,7 +56,8 @@ class SplitScorer:
     def has_split(self, split: str) -> bool:
         return bool(shard_paths(self.dataset_dir, split))
 
-    def evaluate(self, split: str, progress: bool | None = None) -> Evaluation:
+    def evaluate(self, split: str, progress: bool | None = None,
+                 decoder: Decoder | None = None) -> Evaluation:
         run = self.run
         if self.decoder is None:
             self.decoder = run.decoder  # with the run's decoder settings
@@ -63,7 +66,8 @@ class SplitScorer:
                 self.dataset_dir, split, run.labels, self.extractor, run.feature_config,
                 run.pipeline.for_evaluation())
         with self.trained.averaged():  # what is exported
-            return evaluate_dataset(self.trained.predict, self.batches[split], self.decoder,
+            return evaluate_dataset(self.trained.predict, self.batches[split],
+                                    decoder or self.decoder,
                                     run.labels, split,
                                     self.progress if progress is None else progress)
 
@@ -96,6 +100,8 @@ class DevEvaluations:
         self.trained = scorer.trained
         self.config = scorer.run.train
         self.records = records
+        #: ``train.dev_decoder``, or the run's decoder.
+        self.decoder = scorer.run.dev_decoder
         #: When the last dev evaluation ended (or the training began), for the minutes cadence.
         self.last = time.monotonic()
 
@@ -119,12 +125,14 @@ class DevEvaluations:
         self.last = time.monotonic()
         if not (config.evaluate_dev and self.scorer.has_split(config.dev_split)):
             return
-        dev = self.scorer.evaluate(config.dev_split, progress=False)  # the run's bar is enough
+        dev = self.scorer.evaluate(config.dev_split, progress=False,  # the run's bar is enough
+                                   decoder=self.decoder)
         self.last = time.monotonic()
         state.evaluated_step = state.global_step
         record: dict[str, Any] = {"event": "evaluation", "why": why, "epoch": state.epoch,
                                   "step": state.global_step, "dev_loss": dev.loss,
-                                  "dev_wer": dev.wer, "dev_cer": dev.cer}
+                                  "dev_wer": dev.wer, "dev_cer": dev.cer,
+                                  "decoder": dev.decoder}
         score, *ties = ranked(config.best_by, {"wer": dev.wer, "cer": dev.cer,
                                                 "loss": dev.loss})
         self.records.scalars({f"dev/{name}": record[f"dev_{name}"]
