@@ -351,8 +351,9 @@ class AttentionObjective(Objective):
     #: The decoder's sizes where each model preset applies: ``full`` is ESPnet's small
     #: conformer recipes' Transformer decoder (256 wide, 4 heads, 6 blocks, 2048 inner);
     #: ``cpu`` matches the conformer's cpu width (128) with 2 blocks, to learn in minutes on
-    #: two cores, and scores its dev evaluations with the decoder's greedy search: the joint
-    #: beam search took a sixth of a 30-minute run's time on dev; ``tiny`` is for tests.
+    #: two cores, and scores its dev evaluations with the decoder's greedy search: on two
+    #: cores the joint beam search decodes the benchmark's 100 dev utterances in about 46 s,
+    #: the greedy one in 10 s, and a 30-minute run evaluates 16 times; ``tiny`` is for tests.
     presets: ClassVar[dict[str, dict[str, str]]] = {
         "full": {"objective.d_model": "256", "objective.heads": "4", "objective.layers": "6",
                  "objective.ff_dim": "2048"},
