@@ -167,7 +167,8 @@ def test_an_aside_folder_with_foreign_files_is_not_deleted(exports):
 
 
 @pytest.mark.parametrize("made", ["model.onnx", "model.tflite", "saved_model.pb",
-                                  "tokens.txt"])  # with model.onnx: a sherpa-onnx export
+                                  "tokens.txt",  # with model.onnx: a sherpa-onnx export
+                                  "encoder.onnx", "decoder.onnx", "joiner.onnx"])
 def test_every_format_asrkit_exports_may_be_replaced(tmp_path, made):
     """``--force`` replaces an export of any format asrkit writes (an ONNX export was taken
     for foreign files), and still refuses a file it does not write."""

@@ -1,7 +1,8 @@
 """``asrkit export --format sherpa-onnx``: ``logmel`` with ``kaldi=true`` is kaldi-native-fbank's
-fbank as sherpa-onnx configures it; ds2 and conformer runs trained on it, exported, are loaded
-by sherpa-onnx's own Python API and transcribe the fixture clips as ``asrkit transcribe`` does
-with the run; runs on other features are refused in one line that names the settings."""
+fbank as sherpa-onnx configures it; ds2 and conformer runs trained on it, and a conformer
+transducer with the stateless prediction network, exported, are loaded by sherpa-onnx's own
+Python API and transcribe the fixture clips as ``asrkit transcribe`` does with the run; runs on
+other features, and what sherpa-onnx has no layout for, are refused in one line."""
 
 from __future__ import annotations
 
@@ -271,7 +272,14 @@ def test_runs_on_other_features_are_refused_naming_the_settings(cli, tmp_path):
     assert not (tmp_path / "ds2" / "export").exists()
 
 
-def test_a_transducer_run_is_refused_before_its_weights_load(cli, tmp_path):
+@pytest.mark.parametrize("objective, message", [
+    ("transducer", "'s transducer has an lstm prediction network; sherpa-onnx's transducer "
+                   "layout reads a stateless one (the last labels alone): train with -o "
+                   "objective.predictor=stateless"),
+    ("attention", "was trained with the attention objective; --format sherpa-onnx exports CTC "
+                  "and transducer runs only")])
+def test_what_sherpa_onnx_cannot_load_is_refused_before_the_weights_load(
+        cli, tmp_path, objective, message):
     from asrkit.config.pipeline import PipelineConfig
     from asrkit.config.run import RunConfig
     from asrkit.config.train import TrainConfig
@@ -280,13 +288,108 @@ def test_a_transducer_run_is_refused_before_its_weights_load(cli, tmp_path):
     from asrkit.models.conformer import ConformerConfig
     from asrkit.runs.run import Run
 
-    folder = tmp_path / "transducer"  # no checkpoint: refused before one would be read
-    Run(folder, RunConfig(TrainConfig(model="conformer", objective="transducer"),
+    folder = tmp_path / objective  # no checkpoint: refused before one would be read
+    Run(folder, RunConfig(TrainConfig(model="conformer", objective=objective),
                           ConformerConfig(), LogMelConfig(kaldi=True, low_hz=20, high_hz=7600),
                           PipelineConfig()), Alphabet()).save()
     result = cli(["export", folder, "--format", "sherpa-onnx"])
     assert result.exit_code != 0 and len(result.stderr.strip().splitlines()) == 1
-    assert "is a transducer run; --format sherpa-onnx exports CTC runs only" in result.stderr
+    assert message in result.stderr
+
+
+# -- a transducer -------------------------------------------------------------------------------
+
+
+def speak_more_transducer(folder: Path) -> None:
+    """:func:`speak_more` for a transducer: the joint network's blank bias lowered until the
+    blank wins about half of a clip's frames after the start, and the space's raised until it
+    is the best label on a fifth of them (sherpa-onnx must turn its ``▁`` into spaces)."""
+    import tensorflow as tf
+
+    from asrkit.evaluation.restore import restore_networks
+    from asrkit.runs.run import load_run
+    from asrkit.serving.graph import make_logits_fn
+    from asrkit.train.checkpoints import Checkpoints, networks
+
+    run = load_run(folder)
+    model, head, state = restore_networks(run)
+    frames = make_logits_fn(run, model)(tf.constant(floats(CLIPS[0])))
+    predicted, _ = head.predict_step(tf.fill([1], head.blank), head.initial_state(1))
+    log_probs = head.joint_step(frames, tf.repeat(predicted, tf.shape(frames)[0], 0)).numpy()
+    blank, space = head.blank, run.labels.symbols.index(" ")
+    gap = log_probs[:, blank] - np.delete(log_probs, blank, axis=1).max(axis=1)
+    others = np.delete(log_probs, [blank, space], axis=1).max(axis=1)
+    lift = np.quantile(others - log_probs[:, space], 0.2)
+    shift = np.zeros(run.labels.num_classes)
+    shift[blank], shift[space] = -np.quantile(gap, 0.5), lift
+    bias = head.output_layer.bias
+    bias.assign(bias.numpy() + shift)
+    Checkpoints(folder / "checkpoints", **networks(model, head)).save(
+        "best", int(state.get("global_step", 0)), state)
+
+
+@pytest.fixture(scope="module")
+def transducer(datasets, tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny conformer transducer with the stateless prediction network, trained one epoch on
+    Kaldi fbank, and its sherpa-onnx export."""
+    base = tmp_path_factory.mktemp("sherpa-transducer")
+    run = train(datasets, base / "run", "conformer", "-o", "preset=tiny", *KALDI, "-o",
+                "features.normalize=feature", "-o", "objective=transducer", "-o",
+                "objective.predictor=stateless")
+    speak_more_transducer(run)
+    export = base / "export"
+    result = subprocess.run(
+        [sys.executable, "-m", "asrkit", "export", str(run), "--format", "sherpa-onnx",
+         "--output", str(export)], capture_output=True, text=True, check=False,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "as sherpa-onnx to" in result.stdout
+    return run, export
+
+
+def test_sherpa_onnx_transcribes_a_transducer_as_asrkit_does(transducer, cli):
+    """sherpa-onnx's own greedy search (one label a frame) over the exported encoder, decoder
+    and joiner, against ``asrkit transcribe`` with ``transducer-greedy`` at one label a
+    frame."""
+    from asrkit.core.metrics import corpus_score
+
+    run, export = transducer
+    meta = json.loads((export / "asrkit.json").read_text())
+    assert meta["format"] == "sherpa-onnx" and meta["objective"] == "transducer"
+    assert meta["files"] == ["encoder.onnx", "decoder.onnx", "joiner.onnx"]
+    assert meta["max_symbols"] == 1 and meta["verified_max_abs_diff"] < 1e-3
+    recognizer = sherpa_onnx.OfflineRecognizer.from_transducer(
+        encoder=str(export / "encoder.onnx"), decoder=str(export / "decoder.onnx"),
+        joiner=str(export / "joiner.onnx"), tokens=str(export / "tokens.txt"),
+        feature_dim=meta["feature_dim"], num_threads=2)
+    streams = []
+    for clip in CLIPS:
+        stream = recognizer.create_stream()
+        stream.accept_waveform(16000, floats(clip))
+        streams.append(stream)
+    recognizer.decode_streams(streams)
+    sherpa = [" ".join(stream.result.text.split()) for stream in streams]
+    result = cli(["transcribe", "-m", run, "--decoder", "transducer-greedy", "-o",
+                  "decoder.max_symbols=1", "--json", *CLIPS])
+    assert result.exit_code == 0, result.stderr
+    found = {Path(line["file"]).resolve(): line["text"]
+             for line in map(json.loads, result.stdout.splitlines())}
+    asrkit = [" ".join(found[clip.resolve()].split()) for clip in CLIPS]
+    assert sum(len(text) for text in asrkit) > 200  # the model speaks: a comparison to make
+    assert sum(text.count(" ") for text in asrkit) > 20  # and writes spaces, ▁ in tokens.txt
+    assert corpus_score(asrkit, sherpa).cer <= 0.005, list(zip(asrkit, sherpa, strict=True))
+
+
+def test_a_transducers_tokens_and_metadata_are_what_sherpa_onnx_reads(transducer):
+    import onnx
+
+    _, export = transducer
+    lines = (export / "tokens.txt").read_text(encoding="utf-8").splitlines()
+    assert lines[:2] == ["<blk> 0", "\u2581 1"] and len(lines) == 29
+    props = {name: {p.key: p.value for p in onnx.load(str(export / name)).metadata_props}
+             for name in ("encoder.onnx", "decoder.onnx")}
+    assert props["decoder.onnx"] == {"vocab_size": "29", "context_size": "2"}
+    assert props["encoder.onnx"]["model_type"] == "zipformer2"
 
 
 def test_bad_input_in_one_line(cli, runs, exports, tmp_path):

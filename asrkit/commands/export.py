@@ -21,8 +21,9 @@ QUANTIZE_MODES = ("none", "int8", "float16", "full")
 @click.option("--format", "fmt",
               type=click.Choice(["savedmodel", "tflite", "onnx", "sherpa-onnx"]),
               default="savedmodel", show_default=True,
-              help="sherpa-onnx: model.onnx and tokens.txt for k2-fsa's sherpa-onnx (a CTC run "
-                   "trained on -o features.kaldi=true; docs/sherpa-onnx.md).")
+              help="sherpa-onnx: model.onnx (a CTC run's; a transducer's encoder, decoder "
+                   "and joiner) and tokens.txt for k2-fsa's sherpa-onnx, for runs trained on -o "
+                   "features.kaldi=true (docs/sherpa-onnx.md).")
 @click.option("--output", "-o", type=LocationType(), default=None,
               help="Folder to write [default: RUN/export/FORMAT].")
 @click.option("--checkpoint", type=click.Choice(CHECKPOINTS), default="best",

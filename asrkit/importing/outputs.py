@@ -61,7 +61,8 @@ DATASET = Layout("dataset", (MARKER, "dataset.json", "alphabet.txt", "*.csv", "*
 #: Everything ``asrkit export`` writes: a SavedModel, a TFLite flatbuffer or an ONNX model, and
 #: their metadata (``*.partial``: objects of an upload to a URL cut short).
 EXPORT = Layout("export", (MARKER, "saved_model.pb", "fingerprint.pb", "model.tflite",
-                           "model.onnx", "tokens.txt", "asrkit.json", "alphabet.txt", "*.partial"),
+                           "model.onnx", "encoder.onnx", "decoder.onnx", "joiner.onnx",
+                           "tokens.txt", "asrkit.json", "alphabet.txt", "*.partial"),
                 {"variables": ("*",), "assets": ("*",)}, evidence=("asrkit.json",))
 
 

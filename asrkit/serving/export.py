@@ -87,6 +87,7 @@ from asrkit.runs.run import Run, load_run
 from asrkit.serving import (
     export_attention,
     export_sherpa,
+    export_sherpa_transducer,
     export_stream,
     export_transducer,
     quantize,
@@ -238,6 +239,8 @@ def export_run(folder: str | Location, fmt: str = "savedmodel",
             _save(module, staging)
         elif fmt == "tflite":
             _write_tflite(run, model, staging, head, quantization, calibration)
+        elif fmt == export_sherpa.FORMAT and head is not None:
+            export_sherpa_transducer.write(run, model, head, staging)
         elif fmt == export_sherpa.FORMAT:
             export_sherpa.write(run, model, staging)
         else:
@@ -254,9 +257,12 @@ def export_run(folder: str | Location, fmt: str = "savedmodel",
         if joins_symbols(run.labels):
             run.labels.save(staging / "alphabet.txt")
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        if fmt == export_sherpa.FORMAT:
-            meta["verified_max_abs_diff"] = export_sherpa.verify(
-                staging, run, model, [verification_audio(), verification_audio(0.7)])
+        audios = [verification_audio(), verification_audio(0.7)]
+        if fmt == export_sherpa.FORMAT and head is not None:
+            meta["verified_max_abs_diff"] = export_sherpa_transducer.verify(
+                staging, run, model, head, audios)
+        elif fmt == export_sherpa.FORMAT:
+            meta["verified_max_abs_diff"] = export_sherpa.verify(staging, run, model, audios)
         elif quantization == "none":
             meta["verified_max_abs_diff"] = verify_export(staging, module)
             if "stream" in meta:
@@ -469,9 +475,11 @@ def _metadata(run: Run, fmt: str, checkpoint: str, state: dict[str, Any],
     }
     if fmt == "onnx":
         meta.update(metadata())
-    if fmt == export_sherpa.FORMAT:
-        meta.update(export_sherpa.metadata(run))
-    if export_transducer.exports_as_transducer(run.objective):
+    transducer = export_transducer.exports_as_transducer(run.objective)
+    if fmt == export_sherpa.FORMAT:  # sherpa-onnx searches itself: no graph of asrkit's
+        meta.update(export_sherpa_transducer.metadata(run) if transducer
+                    else export_sherpa.metadata(run))
+    elif transducer:
         meta.update(export_transducer.metadata(export_transducer.max_symbols_of(run), fmt))
     if export_attention.exports_as_attention(run.objective) and head is not None:
         meta.update(export_attention.metadata(head))

@@ -1,6 +1,8 @@
 """sherpa-onnx export: a CTC run as the ``model.onnx`` and ``tokens.txt`` that k2-fsa's
 sherpa-onnx loads for offline recognition (C++, Python, Android, iOS ...), as it loads icefall's
-Zipformer CTC models (``OfflineRecognizer.from_zipformer_ctc``, ``--zipformer-ctc-model``).
+Zipformer CTC models (``OfflineRecognizer.from_zipformer_ctc``, ``--zipformer-ctc-model``). A
+transducer run exports as icefall's transducers do (:mod:`asrkit.serving.export_sherpa_transducer`,
+with the features, the check of what exports and the tokens' symbols of this module).
 
 Why that loader: sherpa-onnx computes the features itself and feeds them to the model, and
 its Zipformer CTC loader is the one that computes plain Kaldi fbank with sherpa-onnx's default
@@ -46,6 +48,7 @@ from asrkit.core.errors import AsrkitError
 from asrkit.core.frames import SAMPLE_RATE
 from asrkit.features import LogMelConfig, normalize
 from asrkit.serving.export_onnx import ONNX_FILE, OPSET, convert, session
+from asrkit.serving.export_transducer import exports_as_transducer
 from asrkit.serving.graph import make_batch_logits_fn, make_logits_fn
 
 if TYPE_CHECKING:
@@ -106,41 +109,59 @@ def _option(value: Any) -> str:
 
 def check_run(run: Run) -> None:
     """One line, before any weights load, for a run sherpa-onnx cannot load as exported: not a
-    CTC run (transducers and attention decoders have no sherpa-onnx layout asrkit writes),
-    features sherpa-onnx does not compute (it names the ``-o`` settings to train with), or
-    labels a ``tokens.txt`` cannot hold."""
-    if not run.objective.ctc_outputs:
+    CTC run or a transducer with a stateless prediction network (an LSTM's state and attention
+    decoders have no sherpa-onnx layout asrkit writes), features sherpa-onnx does not compute
+    (it names the ``-o`` settings to train with), or labels a ``tokens.txt`` cannot hold."""
+    if exports_as_transducer(run.objective):
+        predictor = getattr(run.objective_config, "predictor", "lstm")
+        if predictor != "stateless":
+            raise SherpaExportError(
+                f"{run.folder}'s transducer has an {predictor} prediction network; "
+                "sherpa-onnx's transducer layout reads a stateless one (the last labels "
+                "alone): train with -o objective.predictor=stateless (docs/sherpa-onnx.md), "
+                "or export as savedmodel or tflite")
+    elif not run.objective.ctc_outputs:
         raise SherpaExportError(
-            f"{run.folder} is a {run.train.objective} run; --format sherpa-onnx exports CTC runs "
-            "only (export it as savedmodel or tflite)")
+            f"{run.folder} was trained with the {run.train.objective} objective; --format "
+            "sherpa-onnx exports CTC and transducer runs only (export it as savedmodel)")
     missing = settings_to_train(run)
     if missing:
         raise SherpaExportError(
             f"sherpa-onnx computes Kaldi fbank features itself, not this run's "
             f"{run.extractor.name} features; train for it with "
             + " ".join(f"-o {option}" for option in missing) + " (docs/sherpa-onnx.md)")
-    _tokens(run.labels)
+    written_symbols(run.labels)
 
 
-def _tokens(labels: Labels) -> list[str]:
-    """``tokens.txt``'s lines (see the module docstring); one line for labels it cannot hold."""
-    lines = []
+def written_symbols(labels: Labels) -> list[str]:
+    """Each label's symbol as ``tokens.txt`` writes it (see the module docstring); one line for
+    labels it cannot hold."""
+    written = []
     for index, symbol in enumerate(labels.symbols):
-        written = SPACE + symbol[1:] if symbol.startswith(" ") else symbol
-        if not written or any(c.isspace() for c in written) or (
+        token = SPACE + symbol[1:] if symbol.startswith(" ") else symbol
+        if not token or any(c.isspace() for c in token) or (
                 labels.word_marker != SPACE and symbol.startswith(SPACE)):
             raise SherpaExportError(f"label {index} ({symbol!r}) cannot be written to "
                                     "tokens.txt (whitespace inside, or sherpa-onnx's space "
                                     f"marker {SPACE!r} in a character alphabet)")
-        lines.append(f"{written} {index}")
+        written.append(token)
+    return written
+
+
+def _tokens(labels: Labels) -> list[str]:
+    """A CTC export's ``tokens.txt`` lines: each label at its own id, the blank last."""
+    lines = [f"{symbol} {index}" for index, symbol in enumerate(written_symbols(labels))]
     return [*lines, f"{BLANK} {labels.blank}"]
 
 
 # -- writing ------------------------------------------------------------------------------------
 
 
-def sherpa_function(run: Run, model: keras.Model) -> tf.types.experimental.PolymorphicFunction:
-    """``fn(x, x_lens) -> {"log_probs", "log_probs_len"}``: what ``model.onnx`` computes."""
+def sherpa_function(run: Run, model: keras.Model, outputs: tuple[str, str] = OUTPUTS,
+                    log_softmax: bool = True) -> tf.types.experimental.PolymorphicFunction:
+    """``fn(x, x_lens) -> {"log_probs", "log_probs_len"}``: what ``model.onnx`` computes from
+    the features sherpa-onnx gives it; with ``log_softmax`` false, the model's outputs as they
+    are (a transducer's encoder frames), under the names ``outputs``."""
     import tensorflow as tf
 
     batch_fn = make_batch_logits_fn(run, model)
@@ -154,8 +175,8 @@ def sherpa_function(run: Run, model: keras.Model) -> tf.types.experimental.Polym
         mask = tf.sequence_mask(lengths, tf.shape(x)[1], dtype=tf.float32)[:, :, tf.newaxis]
         features = normalize(x * mask, mode, lengths)
         logits, out_lengths = batch_fn(features, lengths)
-        return {OUTPUTS[0]: tf.nn.log_softmax(logits, axis=-1),
-                OUTPUTS[1]: tf.cast(out_lengths, tf.int64)}
+        return {outputs[0]: tf.nn.log_softmax(logits, axis=-1) if log_softmax else logits,
+                outputs[1]: tf.cast(out_lengths, tf.int64)}
 
     return recognise
 
@@ -174,18 +195,18 @@ def write(run: Run, model: keras.Model, folder: Path) -> None:
     (folder / TOKENS_FILE).write_text("\n".join(_tokens(run.labels)) + "\n", encoding="utf-8")
 
 
-def model_metadata(run: Run) -> dict[str, str]:
+def model_metadata(run: Run, model_type: str = MODEL_TYPE, kind: str = "CTC") -> dict[str, str]:
     """The ONNX model's metadata: what sherpa-onnx reads (``model_type``, ``vocab_size``) and
-    what says where it came from."""
+    what says where it came from (a ``kind`` run's)."""
     config = run.feature_config
     return {
-        "model_type": MODEL_TYPE,
+        "model_type": model_type,
         "vocab_size": str(run.labels.num_classes),
         "subsampling_factor": str(run.spec.time_stride(run.model_config)),
         "feature_dim": str(run.extractor.num_features(config)),
         "normalize": str(getattr(config, "normalize", "none")),
         "model_author": f"asrkit {__version__}",
-        "comment": f"asrkit {run.spec.name} CTC run, Kaldi fbank input "
+        "comment": f"asrkit {run.spec.name} {kind} run, Kaldi fbank input "
                    + json.dumps(dataclasses.asdict(config), sort_keys=True),
     }
 
@@ -210,16 +231,22 @@ def raw_features(run: Run, audio: np.ndarray) -> np.ndarray:
     return np.asarray(run.extractor.extract(audio, config), np.float32)
 
 
-def log_probs(folder: Path, features: list[np.ndarray]) -> list[np.ndarray]:
-    """The export's log-probabilities of a batch of utterances' features (padded as
-    sherpa-onnx pads them), each cut to its ``log_probs_len``."""
+def padded(features: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A batch of utterances' features padded as sherpa-onnx pads them (``log(1e-10)``), and
+    their lengths: the inputs ``x`` and ``x_lens``."""
     import numpy as np
 
     longest = max(len(f) for f in features)
     x = np.full([len(features), longest, features[0].shape[1]], np.log(1e-10), np.float32)
     for row, f in enumerate(features):
         x[row, : len(f)] = f
-    lens = np.array([len(f) for f in features], np.int64)
+    return x, np.array([len(f) for f in features], np.int64)
+
+
+def log_probs(folder: Path, features: list[np.ndarray]) -> list[np.ndarray]:
+    """The export's log-probabilities of a batch of utterances' features (padded as
+    sherpa-onnx pads them), each cut to its ``log_probs_len``."""
+    x, lens = padded(features)
     out, out_lens = session(folder / ONNX_FILE).run(list(OUTPUTS), {INPUTS[0]: x,
                                                                    INPUTS[1]: lens})
     return [out[row, : out_lens[row]] for row in range(len(features))]

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 #: The decoder whose search the export holds.
 DECODER = "transducer-greedy"
 #: The formats a transducer run exports as.
-FORMATS = ("savedmodel", "tflite")
+FORMATS = ("savedmodel", "tflite", "sherpa-onnx")
 #: Largest difference accepted between the export's encoder frames and the checkpoint's. Tighter
 #: than a CTC export's logits: the greedy search's argmax reads them at every step, and it must
 #: emit what the checkpoint emits.
