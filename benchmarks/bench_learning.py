@@ -145,11 +145,12 @@ def plan_voices(corpus: Path) -> dict[tuple[str, str], str]:
 
 def score(run: Path, lm: Path | None, checkpoint: str, beam: bool = False,
           voices: dict[tuple[str, str], str] | None = None,
-          extra: dict[str, tuple[str, list[str]]] | None = None) -> dict[str, dict]:
+          extra: dict[str, tuple[str, list[str]]] | None = None,
+          tune: bool = True) -> dict[str, dict]:
     """CER and WER of the ``checkpoint`` weights (and their step) on each test set, with the
     run's decoder (greedy: ``test``), with ``beam`` its objective's beam search (``test+beam``:
     :data:`SEARCHES`) and, given an LM, with its objective's kenlm decoder at its default
-    weights (``test+lm``) and at those chosen on dev (``test+tuned-lm``)."""
+    weights (``test+lm``) and, with ``tune``, at those chosen on dev (``test+tuned-lm``)."""
     decoders = {"": []}
     search, with_lm = searches(run)
     run_decoder = json.loads((run / "config.json").read_text())["train"]["decoder"]
@@ -157,7 +158,8 @@ def score(run: Path, lm: Path | None, checkpoint: str, beam: bool = False,
         decoders["+beam"] = ["--decoder", search]
     if lm:
         decoders["+lm"] = ["--decoder", with_lm, "-o", f"decoder.lm={lm}"]
-        decoders["+tuned-lm"] = decoders["+lm"] + tune_lm(run, lm, checkpoint)
+        if tune:
+            decoders["+tuned-lm"] = decoders["+lm"] + tune_lm(run, lm, checkpoint)
     for name, (only, options) in (extra or {}).items():
         if only in ("", objective_of(run)):
             decoders[f"+{name}"] = options
@@ -233,6 +235,10 @@ def main() -> None:
                         help="also score with the beam search of each run's objective")
     parser.add_argument("--lm", action="store_true",
                         help="also score with the kenlm decoder and a word 3-gram")
+    parser.add_argument("--no-lm-tuning", dest="tune_lm", action="store_false",
+                        help="with --lm, skip choosing the LM's weights on dev (a grid of "
+                             f"{len(LM_GRID[0].split(','))}x{len(LM_GRID[1].split(','))} "
+                             "decodings of it a checkpoint)")
     parser.add_argument("--lm-dictionary", type=Path, nargs="?", const=DICTIONARY,
                         help=f"add a word list's words to the LM's vocabulary (default "
                              f"{DICTIONARY})")
@@ -288,7 +294,8 @@ def main() -> None:
                 trained["seconds_per_step"] = round(minutes * 60 / max(trained["steps"], 1), 2)
                 for checkpoint in checkpoints:
                     row = {**trained, "checkpoint": checkpoint,
-                           **score(run, lm, checkpoint, args.beam, voices, extra)}
+                           **score(run, lm, checkpoint, args.beam, voices, extra,
+                                    args.tune_lm)}
                     results.append(row)
                     print(line(row), flush=True)
                 if args.json:
