@@ -167,9 +167,13 @@ def exports(runs, tmp_path_factory) -> dict[str, Path]:
 
 def sherpa_transcripts(export: Path, feature_dim: int) -> list[str]:
     """sherpa-onnx's transcripts of the clips, decoded as one batch (padded by sherpa-onnx)."""
-    recognizer = sherpa_onnx.OfflineRecognizer.from_zipformer_ctc(
+    return recognized(sherpa_onnx.OfflineRecognizer.from_zipformer_ctc(
         model=str(export / "model.onnx"), tokens=str(export / "tokens.txt"),
-        feature_dim=feature_dim, num_threads=2)
+        feature_dim=feature_dim, num_threads=2))
+
+
+def recognized(recognizer) -> list[str]:
+    """``recognizer``'s transcripts of the clips, decoded as one batch."""
     streams = []
     for clip in CLIPS:
         stream = recognizer.create_stream()
@@ -362,13 +366,7 @@ def test_sherpa_onnx_transcribes_a_transducer_as_asrkit_does(transducer, cli):
         encoder=str(export / "encoder.onnx"), decoder=str(export / "decoder.onnx"),
         joiner=str(export / "joiner.onnx"), tokens=str(export / "tokens.txt"),
         feature_dim=meta["feature_dim"], num_threads=2)
-    streams = []
-    for clip in CLIPS:
-        stream = recognizer.create_stream()
-        stream.accept_waveform(16000, floats(clip))
-        streams.append(stream)
-    recognizer.decode_streams(streams)
-    sherpa = [" ".join(stream.result.text.split()) for stream in streams]
+    sherpa = recognized(recognizer)
     result = cli(["transcribe", "-m", run, "--decoder", "transducer-greedy", "-o",
                   "decoder.max_symbols=1", "--json", *CLIPS])
     assert result.exit_code == 0, result.stderr
