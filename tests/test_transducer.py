@@ -14,6 +14,8 @@ import pytest
 import tensorflow as tf
 
 from asrkit import plugins
+from asrkit.config.overrides import parse_overrides
+from asrkit.config.run import build_run_config
 from asrkit.core.rnnt import rnnt_loss
 from asrkit.core.text import Alphabet
 from asrkit.decoders.scoring import WordScorer
@@ -308,6 +310,20 @@ def test_the_objective_presets_and_settings_are_listed(cli):
     for key in ("objective.predictor", "objective.joint_dim", "objective.frames_per_chunk"):
         assert key in listed.stdout
     assert set(plugins.get("objective", "transducer").presets) >= {"full", "cpu", "tiny"}
+
+
+def test_the_cpu_preset_trains_a_transducer_on_shifted_voices():
+    """A transducer's ``cpu`` preset shifts pitches (measured: unseen voices 2 points better at
+    30 minutes, docs/benchmarks.md); CTC's and the tiny preset's runs stay as recorded, and the
+    user's ``-o`` turns it off."""
+    def pitch(*settings):
+        config = build_run_config({"model": "conformer"}, parse_overrides(list(settings)))[0]
+        return config.pipeline.pitch_semitones
+
+    assert pitch("objective=transducer", "preset=cpu") == (-2.0, 2.0)
+    assert pitch("objective=transducer", "preset=cpu", "pipeline.pitch_semitones=") == ()
+    assert pitch("objective=transducer", "preset=tiny") == ()
+    assert pitch("preset=cpu") == ()
 
 
 def test_an_encoder_trained_with_ctc_starts_a_transducer_run(cli, tmp_path):
