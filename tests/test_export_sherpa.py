@@ -214,14 +214,14 @@ def test_export_of_kaldi_native_fbank_gives_the_checkpoints_log_probs(name, runs
 
     from asrkit.evaluation.restore import restore_model
     from asrkit.runs.run import load_run
-    from asrkit.serving.export_sherpa import log_probs
+    from asrkit.serving.export_sherpa import ONNX_FILE, run_batch
     from asrkit.serving.graph import make_logits_fn
 
     run = load_run(runs[name])
     logits_fn = make_logits_fn(run, restore_model(run)[0])
     bins = run.extractor.num_features(run.feature_config)
     audios = [floats(clip) for clip in CLIPS[:6]]
-    exported = log_probs(exports[name], [kaldi_fbank(audio, bins) for audio in audios])
+    exported = run_batch(exports[name] / ONNX_FILE, [kaldi_fbank(audio, bins) for audio in audios])
     for audio, got in zip(audios, exported, strict=True):
         want = tf.nn.log_softmax(logits_fn(tf.constant(audio))).numpy()
         assert got.shape == want.shape

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,13 +88,14 @@ def write_onnx(run: Run, model: keras.Model, folder: Path) -> None:
     convert(onnx_function(run, model), folder / ONNX_FILE, run.spec.name)
 
 
-def convert(function: tf.types.experimental.PolymorphicFunction, path: Path, name: str) -> None:
+def convert(function: tf.types.experimental.PolymorphicFunction, path: Path, name: str,
+            metadata: Mapping[str, str] | None = None) -> None:
     """Convert the ``tf.function`` ``function`` (with its input signature) to the ONNX file
-    ``path`` with tf2onnx and this module's op handlers; an :class:`OnnxExportError` naming the
-    operations tf2onnx could not convert when onnxruntime cannot load the result (tf2onnx logs
-    a failed operation and carries on). ``name`` (the model's) is for the message. Every ONNX
-    export converts through here: this one and sherpa-onnx's
-    (:mod:`asrkit.serving.export_sherpa`)."""
+    ``path`` with tf2onnx and this module's op handlers, its ``metadata`` in the model's
+    properties (what sherpa-onnx reads); an :class:`OnnxExportError` naming the operations
+    tf2onnx could not convert when onnxruntime cannot load the result (tf2onnx logs a failed
+    operation and carries on). ``name`` (the model's) is for the message. Every ONNX export
+    converts through here: this one and sherpa-onnx's (:mod:`asrkit.serving.export_sherpa`)."""
     import tensorflow as tf
 
     try:
@@ -104,9 +105,12 @@ def convert(function: tf.types.experimental.PolymorphicFunction, path: Path, nam
         raise OnnxExportError(f"the ONNX export needs tf2onnx and onnxruntime ({error}): "
                               "pip install tf2onnx onnxruntime") from None
     with _tf2onnx_errors() as errors:
-        tf2onnx.convert.from_function(
+        proto, _ = tf2onnx.convert.from_function(
             function, input_signature=function.input_signature, opset=OPSET,
-            custom_op_handlers=_handlers(), output_path=str(path))
+            custom_op_handlers=_handlers())
+    for key, value in (metadata or {}).items():
+        proto.metadata_props.add(key=key, value=value)
+    path.write_bytes(proto.SerializeToString())
     try:
         session(path)
     except Exception as error:  # onnxruntime raises its own exception types

@@ -183,15 +183,8 @@ def sherpa_function(run: Run, model: keras.Model, outputs: tuple[str, str] = OUT
 
 def write(run: Run, model: keras.Model, folder: Path) -> None:
     """``folder/model.onnx`` (with sherpa-onnx's metadata) and ``folder/tokens.txt``."""
-    import onnx
-
     check_run(run)
-    path = folder / ONNX_FILE
-    convert(sherpa_function(run, model), path, run.spec.name)
-    graph = onnx.load(str(path))
-    for key, value in model_metadata(run).items():
-        graph.metadata_props.add(key=key, value=value)
-    onnx.save(graph, str(path))
+    convert(sherpa_function(run, model), folder / ONNX_FILE, run.spec.name, model_metadata(run))
     (folder / TOKENS_FILE).write_text("\n".join(_tokens(run.labels)) + "\n", encoding="utf-8")
 
 
@@ -243,12 +236,13 @@ def padded(features: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return x, np.array([len(f) for f in features], np.int64)
 
 
-def log_probs(folder: Path, features: list[np.ndarray]) -> list[np.ndarray]:
-    """The export's log-probabilities of a batch of utterances' features (padded as
-    sherpa-onnx pads them), each cut to its ``log_probs_len``."""
+def run_batch(path: Path, features: list[np.ndarray], inputs: tuple[str, str] = INPUTS,
+              outputs: tuple[str, str] = OUTPUTS) -> list[np.ndarray]:
+    """The ONNX model ``path``'s outputs for a batch of utterances' features (padded as
+    sherpa-onnx pads them, fed as ``inputs``), each cut to its length (``outputs``: the frames,
+    then their lengths): a CTC export's log-probabilities, a transducer's encoder frames."""
     x, lens = padded(features)
-    out, out_lens = session(folder / ONNX_FILE).run(list(OUTPUTS), {INPUTS[0]: x,
-                                                                   INPUTS[1]: lens})
+    out, out_lens = session(path).run(list(outputs), {inputs[0]: x, inputs[1]: lens})
     return [out[row, : out_lens[row]] for row in range(len(features))]
 
 
@@ -260,7 +254,7 @@ def verify(folder: Path, run: Run, model: keras.Model, audios: list[np.ndarray])
     import tensorflow as tf
 
     logits_fn = make_logits_fn(run, model)
-    got = log_probs(folder, [raw_features(run, audio) for audio in audios])
+    got = run_batch(folder / ONNX_FILE, [raw_features(run, audio) for audio in audios])
     difference = 0.0
     for audio, exported in zip(audios, got, strict=True):
         expected = tf.nn.log_softmax(logits_fn(tf.constant(audio, tf.float32))).numpy()

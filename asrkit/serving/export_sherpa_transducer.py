@@ -48,8 +48,8 @@ from asrkit.serving.export_sherpa import (
     SherpaExportError,
     check_run,
     model_metadata,
-    padded,
     raw_features,
+    run_batch,
     sherpa_function,
     written_symbols,
 )
@@ -125,23 +125,15 @@ def joiner_function(head: keras.Model, joint_dim: int
 
 def write(run: Run, model: keras.Model, head: keras.Model, folder: Path) -> None:
     """The three ONNX files (with sherpa-onnx's metadata) and ``tokens.txt`` in ``folder``."""
-    import onnx
-
     check_run(run)
     config = run.objective_config
     name = run.spec.name
-    convert(sherpa_function(run, model, ENCODER_OUTPUTS, log_softmax=False), folder / ENCODER,
-            name)
-    convert(decoder_function(head, config.context_size), folder / DECODER, name)
-    convert(joiner_function(head, config.joint_dim), folder / JOINER, name)
     context = {"context_size": str(config.context_size)}
-    extra = {ENCODER: {**model_metadata(run, MODEL_TYPE, "transducer"), **context},
-             DECODER: {"vocab_size": str(run.labels.num_classes), **context}, JOINER: {}}
-    for file, values in extra.items():
-        graph = onnx.load(str(folder / file))
-        for key, value in values.items():
-            graph.metadata_props.add(key=key, value=value)
-        onnx.save(graph, str(folder / file))
+    convert(sherpa_function(run, model, ENCODER_OUTPUTS, log_softmax=False), folder / ENCODER,
+            name, {**model_metadata(run, MODEL_TYPE, "transducer"), **context})
+    convert(decoder_function(head, config.context_size), folder / DECODER, name,
+            {"vocab_size": str(run.labels.num_classes), **context})
+    convert(joiner_function(head, config.joint_dim), folder / JOINER, name)
     (folder / TOKENS_FILE).write_text("\n".join(tokens(run.labels)) + "\n", encoding="utf-8")
 
 
@@ -158,15 +150,6 @@ def metadata(run: Run) -> dict[str, Any]:
 # -- reading it back ------------------------------------------------------------------------------
 
 
-def encode(folder: Path, features: list[np.ndarray]) -> list[np.ndarray]:
-    """The export's encoder frames of a batch of utterances' features (padded as sherpa-onnx
-    pads them), each cut to its ``encoder_out_lens``."""
-    x, lens = padded(features)
-    out, out_lens = session(folder / ENCODER).run(list(ENCODER_OUTPUTS),
-                                                   {ENCODER_INPUTS[0]: x, ENCODER_INPUTS[1]: lens})
-    return [out[row, : out_lens[row]] for row in range(len(features))]
-
-
 def verify(folder: Path, run: Run, model: keras.Model, head: keras.Model,
            audios: list[np.ndarray]) -> float:
     """The largest difference between the export and the checkpoint's networks: the encoder's
@@ -178,7 +161,8 @@ def verify(folder: Path, run: Run, model: keras.Model, head: keras.Model,
     import tensorflow as tf
 
     frames_fn = make_logits_fn(run, model)
-    got = encode(folder, [raw_features(run, audio) for audio in audios])
+    got = run_batch(folder / ENCODER, [raw_features(run, audio) for audio in audios],
+                    ENCODER_INPUTS, ENCODER_OUTPUTS)
     decoder, joiner = session(folder / DECODER), session(folder / JOINER)
     context_size, blank = run.objective_config.context_size, int(head.blank)
     difference = 0.0
