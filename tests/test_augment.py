@@ -1,5 +1,5 @@
-"""Pitch perturbation, time stretching, VTLP, reverberation and additive noise: what each does
-to real signals, and that the pipeline applies them, seeded, in a training."""
+"""Pitch perturbation, time stretching, VTLP, formant shifts, reverberation and additive noise:
+what each does to real signals, and that the pipeline applies them, seeded, in a training."""
 
 from __future__ import annotations
 
@@ -195,6 +195,77 @@ def test_vtlp_draws_a_factor_per_seed_from_the_range():
     assert vtlp_perturb(audio, tf.constant([3, 5]), ()) is audio
 
 
+# -- formant shift ------------------------------------------------------------------------------
+
+
+def vowel(pitch: float = 120.0, seconds: float = 1.0) -> np.ndarray:
+    """A steady vowel: the harmonics of ``pitch`` under formants at 700 Hz and (weaker)
+    1,800 Hz, so its strongest harmonic is the one nearest the first formant (720 Hz)."""
+    t = np.arange(int(RATE * seconds)) / RATE
+    audio = np.zeros_like(t)
+    for harmonic in np.arange(pitch, 7800.0, pitch):
+        level = (np.exp(-0.5 * ((harmonic - 700.0) / 90.0) ** 2)
+                 + 0.4 * np.exp(-0.5 * ((harmonic - 1800.0) / 120.0) ** 2) + 1e-3)
+        audio += level * np.sin(2 * np.pi * harmonic * t)
+    return (0.3 * audio / np.abs(audio).max()).astype(np.float32)
+
+
+def harmonic_share(audio: np.ndarray, pitch: float = 120.0) -> float:
+    """The share of ``audio``'s power within 6 Hz of a harmonic of ``pitch``."""
+    power = np.abs(np.fft.rfft(audio * np.hanning(len(audio)))) ** 2
+    offset = np.fft.rfftfreq(len(audio), 1 / RATE) % pitch
+    near = np.minimum(offset, pitch - offset) <= 6.0
+    return float(power[near].sum() / power.sum())
+
+
+@pytest.mark.parametrize(("ratio", "first_formant"), [(0.85, 600.0), (1.2, 840.0)])
+def test_formant_shift_moves_the_formants_and_keeps_the_pitch(ratio, first_formant):
+    """The strongest harmonic follows the first formant (700 Hz x ratio, to the nearest
+    harmonic), while all the power stays on the harmonics of 120 Hz: the pitch is kept, which
+    VTLP and pitch shifts (that move the harmonics too) do not do. Length and loudness stay."""
+    from asrkit.pipeline.augment import formant_shift, vtlp_warp
+
+    audio = vowel()
+    shifted = formant_shift(audio, ratio).numpy()
+    assert len(shifted) == len(audio)
+    assert peak(shifted) == pytest.approx(first_formant, abs=2.0)
+    assert harmonic_share(shifted) > 0.99
+    assert harmonic_share(vtlp_warp(audio, ratio).numpy()) < 0.5
+    assert np.sqrt(np.mean(shifted ** 2)) == pytest.approx(np.sqrt(np.mean(audio ** 2)), rel=1e-3)
+
+
+def test_formant_shift_by_one_gives_the_speech_back():
+    from asrkit.pipeline.augment import formant_shift
+
+    audio = speech()
+    np.testing.assert_allclose(formant_shift(audio, 1.0).numpy(), audio, atol=1e-4)
+
+
+def test_formant_shift_draws_a_ratio_per_seed_from_the_range():
+    import tensorflow as tf
+
+    from asrkit.pipeline.augment import formant_perturb
+
+    audio = vowel()
+    moved = {seed: peak(formant_perturb(audio, tf.constant([seed, 5]), (0.8, 1.25)).numpy())
+             for seed in range(8)}
+    assert set(moved.values()) <= {600.0, 720.0, 840.0}  # 560-875 Hz, to the nearest harmonic
+    assert len(set(moved.values())) > 1  # the ratio varies with the seed
+    again = formant_perturb(audio, tf.constant([3, 5]), (0.8, 1.25)).numpy()
+    np.testing.assert_array_equal(again, formant_perturb(audio, tf.constant([3, 5]),
+                                                         (0.8, 1.25)).numpy())
+    assert formant_perturb(audio, tf.constant([3, 5]), ()) is audio
+
+
+def test_formant_settings_are_checked():
+    with pytest.raises(PipelineError, match="formant_ratio must be a range"):
+        PipelineConfig(formant_ratio=(1.1, 0.9))
+    with pytest.raises(PipelineError, match=r"formant_ratio=0.3,1.0 .* \[0.5, 2\]"):
+        PipelineConfig(formant_ratio=(0.3, 1.0))
+    assert PipelineConfig(formant_ratio=(0.9, 1.1)).audio_augment
+    assert not PipelineConfig(formant_ratio=(0.9, 1.1)).for_evaluation().audio_augment
+
+
 # -- reverberation ------------------------------------------------------------------------------
 
 
@@ -371,11 +442,11 @@ def features_by_id(dataset: tf.data.Dataset) -> dict[str, np.ndarray]:
                                              batch["feature_lengths"], strict=True)}
 
 
-@pytest.mark.parametrize("settings", [{"vtlp_alpha": (0.9, 1.1)},
+@pytest.mark.parametrize("settings", [{"vtlp_alpha": (0.9, 1.1)}, {"formant_ratio": (0.8, 1.2)},
                                       {"reverb_rt60": (0.3, 0.6), "reverb_prob": 1.0}])
 def test_pipeline_augments_seeded_and_anew_each_epoch(dataset, settings):
-    """VTLP and reverb (reverb_prob=1) each change every utterance and keep its length; the same
-    seed gives the same features, the next epoch other ones."""
+    """VTLP, formant shifts and reverb (reverb_prob=1) each change every utterance and keep its
+    length; the same seed gives the same features, the next epoch other ones."""
     dry = features_by_id(make(dataset, PLAIN))
     augmented = make(dataset, replace(PLAIN, **settings))
     first, second = features_by_id(augmented), features_by_id(augmented)

@@ -75,6 +75,9 @@ class PipelineConfig:
     #: Vocal-tract-length perturbation: (low, high) frequency-warp factor drawn per utterance,
     #: e.g. (0.9, 1.1); () = off.
     vtlp_alpha: tuple[float, ...] = setting((), min=0.5, max=2)
+    #: Formant shift: (low, high) ratio the formants move by, drawn per utterance, with the
+    #: pitch kept (VTLP moves both), e.g. (0.9, 1.1); () = off.
+    formant_ratio: tuple[float, ...] = setting((), min=0.5, max=2)
     #: Reverberation in synthesised rooms: (low, high) RT60 in seconds drawn per utterance;
     #: () = off.
     reverb_rt60: tuple[float, ...] = setting((), above=0, max=4)
@@ -107,16 +110,13 @@ class PipelineConfig:
         if self.parallel_calls == 0:
             raise PipelineError("setting parallel_calls=0 is not allowed: must be -1 (tuned by "
                                 "tf.data) or >= 1")
-        for name in ("pitch_semitones", "noise_snr_db"):
-            value = getattr(self, name)
-            if value and (len(value) != 2 or value[0] > value[1]):
-                raise PipelineError(f"{name} must be a range LOW,HIGH, not {value}")
         if self.batch_seconds and not self.bucketing:
             raise PipelineError("batch_seconds needs bucketing=true (each length bucket's batch "
                                 "size is what fits the budget)")
         if self.noise_folder and not self.noise_snr_db:
             raise PipelineError("noise_folder needs noise_snr_db (the range of SNRs to mix at)")
-        for name in ("vtlp_alpha", "reverb_rt60", "reverb_drr_db"):
+        for name in ("pitch_semitones", "noise_snr_db", "vtlp_alpha", "formant_ratio",
+                     "reverb_rt60", "reverb_drr_db"):
             value = getattr(self, name)
             if value and (len(value) != 2 or value[0] > value[1]):
                 raise PipelineError(f"{name} must be a range LOW,HIGH, not {value}")
@@ -144,9 +144,10 @@ class PipelineConfig:
 
     @property
     def audio_augment(self) -> bool:
-        """Whether the audio itself changes each epoch (speed, pitch, VTLP, reverb or noise)."""
+        """Whether the audio itself changes each epoch (speed, pitch, VTLP, formants, reverb or
+        noise)."""
         return bool(self.speed_factors or self.pitch_semitones or self.noise_snr_db
-                    or self.vtlp_alpha or self.reverb)
+                    or self.vtlp_alpha or self.formant_ratio or self.reverb)
 
     @property
     def reverb(self) -> bool:
@@ -166,6 +167,7 @@ class PipelineConfig:
             noise_snr_db=(),
             noise_folder="",
             vtlp_alpha=(),
+            formant_ratio=(),
             reverb_rt60=(),
             rir_folder="",
             with_text=True,

@@ -1,5 +1,5 @@
-"""Data augmentation inside the TensorFlow graph: speed, pitch, vocal tract, room, noise and
-SpecAugment.
+"""Data augmentation inside the TensorFlow graph: speed, pitch, vocal tract, formants, room,
+noise and SpecAugment.
 
 Each is off unless asked for, and each is *seeded*: every random choice comes from TensorFlow's
 stateless random ops with a per-utterance seed that the pipeline draws from a seeded stream, so a
@@ -31,6 +31,11 @@ sees different ones.
   source frequency, phases advanced at the warped instantaneous frequency, as a phase vocoder),
   because features come from pluggable extractors that see only audio: one STFT and its
   inverse per utterance, as pitch perturbation costs.
+- Formant shift: the formants move by a ratio drawn from ``formant_ratio`` (VTLP's line) while
+  the pitch, tempo and loudness stay: each STFT frame's spectral envelope (its cepstrum below
+  1.5 ms) is warped and what rides on it (the harmonics, the phases) is not, so the same voice
+  comes through another vocal tract, which VTLP and pitch shifts (both move the harmonics too)
+  cannot give.
 - Room reverberation: the utterance convolved (FFT convolution, cut to its length) with a room
   impulse response, for a share ``reverb_prob`` of the utterances (the others stay dry):
   synthesised per utterance (a direct path of 1.0, a 2-10 ms pre-delay, then Gaussian noise
@@ -147,6 +152,30 @@ def speed_perturb(audio: tf.Tensor, seed: tf.Tensor, factors: Sequence[float]) -
 STRETCH_FFT, STRETCH_HOP = 512, 128
 
 
+def _stft(audio: tf.Tensor) -> tf.Tensor:
+    """The STFT that time stretching, VTLP and formant shifts change, over ``audio`` padded by
+    a whole window each side (so its edges are in whole windows)."""
+    import tensorflow as tf
+
+    padded = tf.pad(audio, [[STRETCH_FFT, STRETCH_FFT]])
+    return tf.signal.stft(padded, STRETCH_FFT, STRETCH_HOP, pad_end=True)
+
+
+def _istft(stft: tf.Tensor, audio: tf.Tensor, start: tf.Tensor | int = STRETCH_FFT,
+           length: tf.Tensor | None = None) -> tf.Tensor:
+    """The audio of a changed :func:`_stft`: ``length`` samples (``audio``'s by default) from
+    ``start``, at ``audio``'s loudness (overlap-adding frames whose neighbouring bins' phases
+    disagree, as a change of speech leaves them, loses a quarter of the energy or more)."""
+    import tensorflow as tf
+
+    window = tf.signal.inverse_stft_window_fn(STRETCH_HOP)
+    signal = tf.signal.inverse_stft(stft, STRETCH_FFT, STRETCH_HOP, window_fn=window)
+    signal = signal[start:start + (tf.size(audio) if length is None else length)]
+    gain = tf.sqrt((tf.reduce_mean(tf.square(audio)) + 1e-12)
+                   / (tf.reduce_mean(tf.square(signal)) + 1e-12))
+    return signal * gain
+
+
 def time_stretch(audio: tf.Tensor, rate: float | tf.Tensor) -> tf.Tensor:
     """Play ``audio`` ``rate`` times faster at the same pitch (a phase vocoder)."""
     import math
@@ -155,8 +184,7 @@ def time_stretch(audio: tf.Tensor, rate: float | tf.Tensor) -> tf.Tensor:
 
     rate = tf.cast(rate, tf.float32)
     samples = tf.size(audio)
-    padded = tf.pad(audio, [[STRETCH_FFT, STRETCH_FFT]])  # whole windows over the edges
-    stft = tf.signal.stft(padded, STRETCH_FFT, STRETCH_HOP, pad_end=True)
+    stft = _stft(audio)
     frames, bins = tf.shape(stft)[0], STRETCH_FFT // 2 + 1
     positions = tf.range(0.0, tf.cast(frames - 1, tf.float32), rate)
     index = tf.cast(tf.floor(positions), tf.int32)
@@ -168,16 +196,8 @@ def time_stretch(audio: tf.Tensor, rate: float | tf.Tensor) -> tf.Tensor:
     advance -= 2 * math.pi * tf.round(advance / (2 * math.pi))
     phase = tf.math.angle(stft[0]) + tf.cumsum(expected + advance, axis=0, exclusive=True)
     out = tf.complex(magnitude * tf.cos(phase), magnitude * tf.sin(phase))
-    window = tf.signal.inverse_stft_window_fn(STRETCH_HOP)
-    signal = tf.signal.inverse_stft(out, STRETCH_FFT, STRETCH_HOP, window_fn=window)
     length = tf.cast(tf.round(tf.cast(samples, tf.float32) / rate), tf.int32)
-    start = tf.cast(tf.round(STRETCH_FFT / rate), tf.int32)
-    signal = signal[start:start + length]
-    # Overlap-adding frames whose neighbouring bins' phases disagree (speech, unlike a tone)
-    # loses a quarter of the energy or more: keep the utterance's loudness.
-    gain = tf.sqrt((tf.reduce_mean(tf.square(audio)) + 1e-12)
-                   / (tf.reduce_mean(tf.square(signal)) + 1e-12))
-    return signal * gain
+    return _istft(out, audio, tf.cast(tf.round(STRETCH_FFT / rate), tf.int32), length)
 
 
 def pitch_shift(audio: tf.Tensor, semitones: float | tf.Tensor) -> tf.Tensor:
@@ -301,9 +321,8 @@ def vtlp_warp(audio: tf.Tensor, alpha: float | tf.Tensor, high_hz: float = VTLP_
     import tensorflow as tf
 
     alpha = tf.cast(alpha, tf.float32)
-    samples, bins = tf.size(audio), STRETCH_FFT // 2 + 1
-    padded = tf.pad(audio, [[STRETCH_FFT, STRETCH_FFT]])  # whole windows over the edges
-    stft = tf.signal.stft(padded, STRETCH_FFT, STRETCH_HOP, pad_end=True)
+    bins = STRETCH_FFT // 2 + 1
+    stft = _stft(audio)
     nyquist, high = STRETCH_FFT / 2, high_hz * STRETCH_FFT / SAMPLE_RATE  # in bins
     source = _vtlp_source(tf.range(bins, dtype=tf.float32), alpha, nyquist, high)
     # Each bin's instantaneous frequency (in bins) from its phase advance between frames.
@@ -322,13 +341,7 @@ def vtlp_warp(audio: tf.Tensor, alpha: float | tf.Tensor, high_hz: float = VTLP_
                                                  bins - 1))
     phases = start + tf.cumsum(tf.pad(advance, [[1, 0], [0, 0]]), axis=0)
     magnitude = _interpolate_bins(tf.abs(stft), source)
-    out = tf.complex(magnitude * tf.cos(phases), magnitude * tf.sin(phases))
-    window = tf.signal.inverse_stft_window_fn(STRETCH_HOP)
-    signal = tf.signal.inverse_stft(out, STRETCH_FFT, STRETCH_HOP, window_fn=window)
-    signal = signal[STRETCH_FFT:STRETCH_FFT + samples]
-    gain = tf.sqrt((tf.reduce_mean(tf.square(audio)) + 1e-12)
-                   / (tf.reduce_mean(tf.square(signal)) + 1e-12))
-    return signal * gain
+    return _istft(tf.complex(magnitude * tf.cos(phases), magnitude * tf.sin(phases)), audio)
 
 
 def vtlp_perturb(audio: tf.Tensor, seed: tf.Tensor, alpha: Sequence[float]) -> tf.Tensor:
@@ -340,6 +353,63 @@ def vtlp_perturb(audio: tf.Tensor, seed: tf.Tensor, alpha: Sequence[float]) -> t
         return audio
     low, high = alpha
     return vtlp_warp(audio, tf.random.stateless_uniform([], seed, minval=low, maxval=high))
+
+
+# -- formant shift ------------------------------------------------------------------------------
+
+#: A frame's spectral envelope is its real cepstrum below this quefrency (1.5 ms, 24 samples at
+#: 16 kHz): shorter than the pitch period of any voice (2.5 ms at 400 Hz), so the envelope
+#: holds the formants and none of the harmonics.
+ENVELOPE_SECONDS = 0.0015
+
+
+def log_envelope(magnitude: tf.Tensor) -> tf.Tensor:
+    """The log spectral envelope of each frame of an STFT's ``magnitude`` ``[frames, bins]``:
+    the log magnitude's real cepstrum liftered below :data:`ENVELOPE_SECONDS`, back in bins."""
+    import tensorflow as tf
+
+    size = 2 * (magnitude.shape[-1] - 1)
+    cepstrum = tf.signal.irfft(tf.complex(tf.math.log(magnitude + 1e-6),
+                                          tf.zeros_like(magnitude)))
+    keep = int(ENVELOPE_SECONDS * SAMPLE_RATE)
+    quefrency = tf.range(size)
+    lifter = tf.cast((quefrency <= keep) | (quefrency >= size - keep), tf.float32)
+    return tf.math.real(tf.signal.rfft(cepstrum * lifter))
+
+
+def formant_shift(audio: tf.Tensor, ratio: float | tf.Tensor, high_hz: float = VTLP_HIGH_HZ
+                  ) -> tf.Tensor:
+    """``audio`` with its formants moved by ``ratio`` (VTLP's piecewise line,
+    :func:`vtlp_frequency`) and its pitch, tempo and loudness kept: another speaker's vocal
+    tract with the same voice, which VTLP (formants and harmonics together) and pitch shifts
+    (both again) cannot give.
+
+    Each STFT frame is split into its spectral envelope (:func:`log_envelope`) and what rides on
+    it (the harmonics, the phases); only the envelope is warped, so every harmonic stays at its
+    frequency with the loudness the new envelope gives it there. Praat's "change gender" and
+    WORLD's formant shifts make the same split; the cepstral envelope is the cheap one, one
+    more FFT pair a frame, all of it in the graph. ``ratio = 1`` gives the audio back."""
+    import tensorflow as tf
+
+    ratio = tf.cast(ratio, tf.float32)
+    stft = _stft(audio)
+    bins = STRETCH_FFT // 2 + 1
+    nyquist, high = STRETCH_FFT / 2, high_hz * STRETCH_FFT / SAMPLE_RATE  # in bins
+    envelope = log_envelope(tf.abs(stft))
+    source = _vtlp_source(tf.range(bins, dtype=tf.float32), ratio, nyquist, high)
+    gain = tf.exp(_interpolate_bins(envelope, source) - envelope)
+    return _istft(stft * tf.complex(gain, tf.zeros_like(gain)), audio)
+
+
+def formant_perturb(audio: tf.Tensor, seed: tf.Tensor, ratio: Sequence[float]) -> tf.Tensor:
+    """Move ``audio``'s formants by a ratio drawn uniformly from ``(low, high)`` with the
+    stateless ``seed`` (:func:`formant_shift`)."""
+    import tensorflow as tf
+
+    if not ratio:
+        return audio
+    low, high = ratio
+    return formant_shift(audio, tf.random.stateless_uniform([], seed, minval=low, maxval=high))
 
 
 # -- reverberation ------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ model::
 
     shard files (shuffled, split across workers)
       -> records (interleaved) -> parse -> labels (alphabet lookup, in the graph)
-      -> [speed, pitch, VTLP, reverb, noise] -> features (in-graph MFCC / log-mel) -> [cache]
+      -> [speed, pitch, VTLP, formants, reverb, noise]
+      -> features (in-graph MFCC / log-mel) -> [cache]
       -> shuffle (seeded) -> [SpecAugment]
       -> length buckets -> padded batches -> [context windows] -> prefetch
 
@@ -434,21 +435,23 @@ def _reader(
 
 
 def _audio_augmenter(config: PipelineConfig) -> Callable[[Element, tf.Tensor], Element]:
-    """Speed, pitch, vocal tract, room, then noise (the room's and not the noise's: the noise is
-    the microphone's surroundings), each with its own share of the utterance's seed. The
-    shares of speed, pitch and noise are those they had before VTLP and reverb existed, so a
-    run's draws do not change when it resumes in a newer version."""
+    """Speed, pitch, vocal tract, formants, room, then noise (the room's and not the noise's:
+    the noise is the microphone's surroundings), each with its own share of the utterance's
+    seed. The shares of speed, pitch and noise are those they had before VTLP, reverb and
+    formant shifts existed (a longer split keeps the first shares), so a run's draws do not
+    change when it resumes in a newer version."""
     noise_bank = load_noise_bank(config.noise_folder) if config.noise_folder else None
     rir_bank = load_rir_bank(config.rir_folder) if config.rir_folder and config.reverb else None
 
     def perturb(element: Element, seed: tf.Tensor) -> Element:
         import tensorflow as tf
 
-        speed, pitch, noise, vtlp, room = tf.unstack(
-            tf.random.experimental.stateless_split(seed, 5))
+        speed, pitch, noise, vtlp, room, formant = tf.unstack(
+            tf.random.experimental.stateless_split(seed, 6))
         audio = augment.speed_perturb(element["audio"], speed, config.speed_factors)
         audio = augment.pitch_perturb(audio, pitch, config.pitch_semitones)
         audio = augment.vtlp_perturb(audio, vtlp, config.vtlp_alpha)
+        audio = augment.formant_perturb(audio, formant, config.formant_ratio)
         if config.reverb:
             audio = augment.add_reverb(audio, room, rt60=config.reverb_rt60,
                                        drr_db=config.reverb_drr_db,
