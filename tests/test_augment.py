@@ -35,6 +35,22 @@ def test_time_stretch_changes_length_not_pitch(rate):
     assert abs(peak(stretched) - 220.0) <= 2.0
 
 
+@pytest.mark.parametrize(("samples", "rate"), [(53248, 0.8961864113807678),
+                                               (55040, 0.9010308980941772)])
+def test_time_stretch_where_a_float_range_ends_on_its_limit(samples, rate):
+    """For these lengths and rates ``tf.range(0, frames - 1, rate)`` holds ``frames - 1``
+    itself; it crashed a 2-hour training with pitch shifts after an hour ("indices[661] = 621
+    is not in [0, 621)"). The last position reads the last frame."""
+    from asrkit.pipeline.augment import STRETCH_FFT, STRETCH_HOP, time_stretch
+
+    frames = -(-(samples + 2 * STRETCH_FFT) // STRETCH_HOP)
+    assert tf.range(0.0, float(frames - 1), rate).numpy()[-1] >= frames - 1
+    audio = tone(220.0, samples / RATE)
+    stretched = time_stretch(audio, rate).numpy()
+    assert len(stretched) == round(samples / rate)
+    assert np.isfinite(stretched).all() and abs(peak(stretched) - 220.0) <= 2.0
+
+
 def test_time_stretch_by_one_gives_the_signal_back():
     from asrkit.pipeline.augment import time_stretch
 

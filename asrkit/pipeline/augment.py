@@ -187,8 +187,10 @@ def time_stretch(audio: tf.Tensor, rate: float | tf.Tensor) -> tf.Tensor:
     stft = _stft(audio)
     frames, bins = tf.shape(stft)[0], STRETCH_FFT // 2 + 1
     positions = tf.range(0.0, tf.cast(frames - 1, tf.float32), rate)
-    index = tf.cast(tf.floor(positions), tf.int32)
-    weight = (positions - tf.floor(positions))[:, tf.newaxis]
+    # A float range can end on its limit itself (620 / rate rounded up to 662 elements, the
+    # last 661 * rate = 620.0): that position reads the last frame, not one past it.
+    index = tf.minimum(tf.cast(tf.floor(positions), tf.int32), frames - 2)
+    weight = tf.clip_by_value(positions - tf.cast(index, tf.float32), 0.0, 1.0)[:, tf.newaxis]
     left, right = tf.gather(stft, index), tf.gather(stft, index + 1)
     magnitude = (1 - weight) * tf.abs(left) + weight * tf.abs(right)
     expected = 2 * math.pi * STRETCH_HOP * tf.range(bins, dtype=tf.float32) / STRETCH_FFT
