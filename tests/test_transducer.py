@@ -313,17 +313,17 @@ def test_the_objective_presets_and_settings_are_listed(cli):
 
 
 def test_the_cpu_preset_trains_a_transducer_on_shifted_voices():
-    """A transducer's ``cpu`` preset shifts pitches (measured: unseen voices 2 points better at
+    """A transducer's ``cpu`` preset shifts formants (measured: unseen voices 3 points better at
     30 minutes, docs/benchmarks.md); CTC's and the tiny preset's runs stay as recorded, and the
     user's ``-o`` turns it off."""
-    def pitch(*settings):
+    def formants(*settings):
         config = build_run_config({"model": "conformer"}, parse_overrides(list(settings)))[0]
-        return config.pipeline.pitch_semitones
+        return config.pipeline.formant_ratio, config.pipeline.pitch_semitones
 
-    assert pitch("objective=transducer", "preset=cpu") == (-2.0, 2.0)
-    assert pitch("objective=transducer", "preset=cpu", "pipeline.pitch_semitones=") == ()
-    assert pitch("objective=transducer", "preset=tiny") == ()
-    assert pitch("preset=cpu") == ()
+    assert formants("objective=transducer", "preset=cpu") == ((0.9, 1.1), ())
+    assert formants("objective=transducer", "preset=cpu", "pipeline.formant_ratio=") == ((), ())
+    assert formants("objective=transducer", "preset=tiny") == ((), ())
+    assert formants("preset=cpu") == ((), ())
 
 
 def test_an_encoder_trained_with_ctc_starts_a_transducer_run(cli, tmp_path):
