@@ -298,6 +298,15 @@ def _vtlp_source(frequency: tf.Tensor, alpha: tf.Tensor, nyquist: float,
                     nyquist - (nyquist - frequency) / slope)
 
 
+def _source_bins(alpha: tf.Tensor, high_hz: float) -> tf.Tensor:
+    """For each bin of a :func:`_stft`, the fractional bin whose content VTLP's warp by
+    ``alpha`` (boundary ``high_hz``) moves there: what VTLP and formant shifts read."""
+    import tensorflow as tf
+
+    nyquist, high = STRETCH_FFT / 2, high_hz * STRETCH_FFT / SAMPLE_RATE  # in bins
+    return _vtlp_source(tf.range(STRETCH_FFT // 2 + 1, dtype=tf.float32), alpha, nyquist, high)
+
+
 def _interpolate_bins(values: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
     """``values`` ``[frames, bins]`` read at fractional bin ``positions`` ``[bins]``, linearly."""
     import tensorflow as tf
@@ -326,7 +335,7 @@ def vtlp_warp(audio: tf.Tensor, alpha: float | tf.Tensor, high_hz: float = VTLP_
     bins = STRETCH_FFT // 2 + 1
     stft = _stft(audio)
     nyquist, high = STRETCH_FFT / 2, high_hz * STRETCH_FFT / SAMPLE_RATE  # in bins
-    source = _vtlp_source(tf.range(bins, dtype=tf.float32), alpha, nyquist, high)
+    source = _source_bins(alpha, high_hz)
     # Each bin's instantaneous frequency (in bins) from its phase advance between frames.
     per_bin = 2 * math.pi * STRETCH_HOP / STRETCH_FFT
     phase = tf.math.angle(stft)
@@ -393,12 +402,9 @@ def formant_shift(audio: tf.Tensor, ratio: float | tf.Tensor, high_hz: float = V
     more FFT pair a frame, all of it in the graph. ``ratio = 1`` gives the audio back."""
     import tensorflow as tf
 
-    ratio = tf.cast(ratio, tf.float32)
     stft = _stft(audio)
-    bins = STRETCH_FFT // 2 + 1
-    nyquist, high = STRETCH_FFT / 2, high_hz * STRETCH_FFT / SAMPLE_RATE  # in bins
     envelope = log_envelope(tf.abs(stft))
-    source = _vtlp_source(tf.range(bins, dtype=tf.float32), ratio, nyquist, high)
+    source = _source_bins(tf.cast(ratio, tf.float32), high_hz)
     gain = tf.exp(_interpolate_bins(envelope, source) - envelope)
     return _istft(stft * tf.complex(gain, tf.zeros_like(gain)), audio)
 
