@@ -18,6 +18,7 @@ import pytest
 from asrkit import plugins
 from asrkit.config.overrides import DecoderChoice
 from asrkit.core.errors import AsrkitError
+from asrkit.core.metrics import edit_distance
 from asrkit.evaluation.restore import restore_networks
 from asrkit.runs.run import load_run
 from asrkit.serving.stream import Endpoints, StreamingModel, StreamTranscriber, Update
@@ -290,15 +291,25 @@ def test_every_objective_streams_as_it_transcribes(tmp_path: Path, tiny_dataset:
     assert result.returncode == 0, result.stderr
     audio = clip()
     run = load_run(folder)
-    whole = transcribe_samples(audio, CheckpointRecognizer(folder, "latest"),
-                               run.choose_decoder(DecoderChoice()))
+    recognizer = CheckpointRecognizer(folder, "latest")
+    whole = transcribe_samples(audio, recognizer, run.choose_decoder(DecoderChoice()))
     model = StreamingModel(folder, "latest")
     assert model.greedy_decoder.name == greedy
+    features, encoder = model.open()
+    frames = np.concatenate([encoder.push(features.push(audio[:20000])),
+                             encoder.push(features.push(audio[20000:])),
+                             encoder.push(features.finish()), encoder.finish()])
+    np.testing.assert_allclose(frames, recognizer.logits(audio), atol=1e-4)
     transcriber = StreamTranscriber(model, run.choose_decoder(DecoderChoice()), Endpoints(30))
     updates = [*transcriber.push(audio[:20000]), *transcriber.push(audio[20000:]),
                *transcriber.finish()]
     finals = [u.text for u in updates if u.kind == "final"]
-    assert finals == ([whole.text] if whole.text else [])
+    assert len(finals) == (1 if whole.text else 0)
+    # Two steps of training leave near-ties between letters everywhere, and the chunked encoder's
+    # frames differ from the whole one's in the last float bits (checked above): a tie may flip
+    # a letter or two of some 200, no more.
+    if finals:
+        assert edit_distance(whole.text, finals[0]) <= 0.02 * len(whole.text), finals[0]
 
 
 def test_a_terminal_sees_the_partial_line_rewritten_and_finals_kept(streaming_run: Path) -> None:
