@@ -25,7 +25,7 @@ its CTC default. Needs espeak-ng, flite, fortunes and sox (scripts/setup.sh).
 
     python benchmarks/bench_learning.py [--minutes 10,30] [--models ds2,brnn] [--beam]
         [--variant "NAME:SETTING;SETTING" ...] [--train 2400] [--train-voices 1]
-        [--work bench-work]
+        [--second-engine] [--work bench-work]
 
 ``--lm`` also scores each test set with a word 3-gram through the objective's language-model
 decoder (``kenlm``, ``transducer-kenlm`` or ``attention-kenlm``), the model built by ``asrkit
@@ -48,6 +48,8 @@ model with extra ``-o`` settings (e.g. augmentation) beside the default one, in 
 (``asrkit tokenizer build``) and adds a run of each model on it (variant ``sp256``): characters
 against subwords at equal training time. ``--train-voices N`` speaks each training sentence in N
 voices (``open_vocab.py``): more training speech from the same text, the held-out sets unchanged.
+``--second-engine`` also speaks each training sentence by festival (needs ``festival`` and
+``festvox-kdlpc16k``), so the model trains on two synthesisers and flite is a third.
 """
 
 from __future__ import annotations
@@ -230,6 +232,8 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=2400, help="training sentences")
     parser.add_argument("--train-voices", type=int, default=1,
                         help="voices each training sentence is spoken in")
+    parser.add_argument("--second-engine", action="store_true",
+                        help="also speak each training sentence by festival (open_vocab.py)")
     parser.add_argument("--work", type=Path, default=Path("bench-work"))
     parser.add_argument("--beam", action="store_true",
                         help="also score with the beam search of each run's objective")
@@ -254,7 +258,8 @@ def main() -> None:
     os.environ.setdefault("ASRKIT_HOME", str((args.work / "home").resolve()))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     started = time.monotonic()
-    build(args.work / "openvocab", train=args.train, train_voices=args.train_voices)
+    build(args.work / "openvocab", train=args.train, train_voices=args.train_voices,
+          second_engine=args.second_engine)
     asrkit("import", "folder", str(args.work / "openvocab"), "--name", "openvocab",
            "--no-progress")
     print(f"corpus ready in {time.monotonic() - started:.0f} s", flush=True)

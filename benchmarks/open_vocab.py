@@ -15,6 +15,12 @@ held-out speech:
   ``test-unseen`` the same sentences in voice variants never used in training (on all eight
   dialects, two of them never trained on), and ``test-flite`` the same sentences by a second
   synthesiser (flite's awb, rms, slt and kal16 voices): out of domain.
+- **a second training engine**: ``--second-engine`` also speaks each training sentence once by
+  festival's ``ked`` diphone voice (a US English speaker whose diphones are recordings of a
+  person), at a random mean pitch and speaking rate. The model then hears two synthesisers'
+  versions of every phone, and flite stays a third one it never heard: festival's other English
+  voices (kal, slt) are flite test speakers, so they are never used. Like ``--train-voices``,
+  these utterances come last and change nothing else.
 - **more speech, same text**: ``--train-voices N`` speaks each training sentence N times, each
   time in its own voice, speed and pitch. The text holds only about 5,000 training sentences
   free of held-out words, so this is how the corpus grows; the extra utterances are drawn from
@@ -23,9 +29,11 @@ held-out speech:
 
 The result is a folder with one ``listing.tsv`` (file, transcript, split, speaker) that
 ``asrkit import folder`` reads as it is. Building needs ``espeak-ng``, ``flite`` and ``fortunes``
-(Debian packages; ``scripts/setup.sh`` installs them).
+(Debian packages; ``scripts/setup.sh`` installs them), and ``--second-engine`` festival with
+``festvox-kdlpc16k``.
 
     python benchmarks/open_vocab.py OUT [--train 2000] [--test 150] [--dev 100] [--train-voices 1]
+        [--second-engine]
 """
 
 from __future__ import annotations
@@ -59,10 +67,19 @@ FLITE_VOICES = ("awb", "rms", "slt", "kal16")
 #: espeak-ng words per minute and pitch (0-99) drawn per utterance.
 SPEEDS = (130, 190)
 PITCHES = (30, 70)
+#: festival's voice for ``--second-engine``, its mean pitch (Hz) and duration stretch (percent)
+#: drawn per utterance: 85-230 Hz spans low male to female voices.
+FESTIVAL_VOICE = "ked_diphone"
+FESTIVAL_F0 = (85, 230)
+FESTIVAL_STRETCH = (85, 130)
 
 
 @dataclass
 class Utterance:
+    """One utterance to synthesise. ``voice`` is an espeak-ng voice, ``flite:VOICE`` or
+    ``festival:VOICE``; for espeak-ng ``speed`` is words a minute and ``pitch`` 0-99, for
+    festival ``speed`` is the duration stretch in percent and ``pitch`` the mean F0 in Hz."""
+
     split: str
     text: str
     voice: str
@@ -105,9 +122,10 @@ def normalise_sentences(text: str) -> Iterator[str]:
 
 
 def plan_corpus(sentences: Iterable[str], train: int, dev: int, test: int, seed: int,
-                train_voices: int = 1) -> Plan:
+                train_voices: int = 1, second_engine: bool = False) -> Plan:
     """Split sentences into train/dev/test with held-out words, and assign voices (each
-    training sentence ``train_voices`` of them)."""
+    training sentence ``train_voices`` of them, and one festival voice with
+    ``second_engine``)."""
     rng = random.Random(seed)
     pool = sorted(set(sentences))
     rng.shuffle(pool)
@@ -140,6 +158,11 @@ def plan_corpus(sentences: Iterable[str], train: int, dev: int, test: int, seed:
     more = random.Random(f"{seed}-train-voices")
     plan.utterances += [espeak("train", s, TRAIN_DIALECTS, TRAIN_VARIANTS, more)
                         for _ in range(train_voices - 1) for s in trains]
+    if second_engine:
+        other = random.Random(f"{seed}-festival")
+        plan.utterances += [Utterance("train", s, f"festival:{FESTIVAL_VOICE}",
+                                      other.randint(*FESTIVAL_STRETCH), other.randint(*FESTIVAL_F0))
+                            for s in trains]
     for number, utterance in enumerate(plan.utterances):
         utterance.file = f"{utterance.split}/{number:05d}.wav"
     return plan
@@ -159,11 +182,25 @@ def synthesise(utterance: Utterance, folder: Path) -> None:
     if utterance.voice.startswith("flite:"):
         command = ["flite", "-voice", utterance.voice.split(":", 1)[1], "-t", utterance.text,
                    "-o", str(partial)]
+    elif utterance.voice.startswith("festival:"):
+        command = festival_command(utterance, partial)
     else:
         command = ["espeak-ng", "-v", utterance.voice, "-s", str(utterance.speed),
                    "-p", str(utterance.pitch), "-w", str(partial), utterance.text]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     partial.replace(target)
+
+
+def festival_command(utterance: Utterance, out: Path) -> list[str]:
+    """festival speaking ``utterance`` into ``out`` at its mean pitch and duration stretch.
+
+    The text is a Scheme string literal: corpus text is only a-z, space and apostrophe."""
+    f0 = utterance.pitch
+    return ["festival", "--batch", f"(voice_{utterance.voice.split(':', 1)[1]})",
+            f"(set! int_lr_params '((target_f0_mean {f0}) (target_f0_std {f0 / 7:.1f}) "
+            "(model_f0_mean 170) (model_f0_std 34)))",
+            f"(Parameter.set 'Duration_Stretch {utterance.speed / 100:.2f})",
+            f'(utt.save.wave (utt.synth (Utterance Text "{utterance.text}")) "{out}" \'riff)']
 
 
 #: A sample this loud (of 32768) or louder is speech: espeak-ng's silence is exact zeros, and
@@ -184,9 +221,9 @@ def trimmed_16k(path: Path, folder: Path) -> np.ndarray:
 
 
 def build(folder: Path, train: int = 2000, dev: int = 100, test: int = 150, seed: int = 1,
-          jobs: int = 2, train_voices: int = 1) -> Plan:
+          jobs: int = 2, train_voices: int = 1, second_engine: bool = False) -> Plan:
     """Write the corpus (resumable: finished files are kept) and its ``listing.tsv``."""
-    plan = plan_corpus(fortune_sentences(), train, dev, test, seed, train_voices)
+    plan = plan_corpus(fortune_sentences(), train, dev, test, seed, train_voices, second_engine)
     folder.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(plan.utterances), unit="utt",
                                                  desc="synthesise") as bar:
@@ -229,9 +266,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--train-voices", type=int, default=1,
                         help="voices each training sentence is spoken in")
+    parser.add_argument("--second-engine", action="store_true",
+                        help="also speak each training sentence by festival")
     args = parser.parse_args()
     plan = build(args.out, args.train, args.dev, args.test, args.seed, args.jobs,
-                 args.train_voices)
+                 args.train_voices, args.second_engine)
     shares = sorted(plan.unseen_share.values())
     print(f"{len(plan.utterances)} utterances in {args.out}; test sentences have "
           f"{shares[0]:.0%}-{shares[-1]:.0%} of their words unseen in training "

@@ -13,6 +13,8 @@ command -v sox >/dev/null || need "sox: asrkit reads and converts audio" sox lib
 # a second synthesiser and real English text.
 command -v espeak-ng >/dev/null || need "espeak-ng: speech for the tests and benchmarks" espeak-ng
 command -v flite >/dev/null || need "flite: the benchmark's second voice" flite
+[ -d /usr/share/festival/voices/english/ked_diphone ] ||
+  need "festival: the benchmark's second training engine" festival festvox-kdlpc16k
 [ -f /usr/share/games/fortunes/fortunes ] || need "fortunes: the benchmark's English text" fortunes
 # The benchmark LM's word list (bench_learning.py --lm): a spelling dictionary.
 [ -f /usr/share/dict/american-english ] || need "wamerican: the benchmark LM's word list" wamerican

@@ -6,6 +6,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -61,6 +62,49 @@ def test_more_voices_a_sentence_add_training_speech_and_change_nothing_else():
     spoken = [(u.voice, u.speed, u.pitch) for u in trains + extra]
     assert len(set(spoken)) > 0.9 * len(spoken)  # each time a voice, speed and pitch of its own
     assert len({u.file for u in three.utterances}) == len(three.utterances)
+
+
+@needs_tools
+def test_a_second_engine_adds_festival_speech_and_changes_nothing_else():
+    sentences = open_vocab.fortune_sentences()
+    one = open_vocab.plan_corpus(sentences, train=300, dev=20, test=30, seed=3, train_voices=2)
+    both = open_vocab.plan_corpus(sentences, train=300, dev=20, test=30, seed=3, train_voices=2,
+                                  second_engine=True)
+    assert both.utterances[:len(one.utterances)] == one.utterances
+    extra = both.utterances[len(one.utterances):]
+    trains = [u for u in one.utterances if u.split == "train"][:300]
+    assert [u.text for u in extra] == [u.text for u in trains]
+    assert {(u.split, u.voice) for u in extra} == {("train", "festival:ked_diphone")}
+    assert len({(u.speed, u.pitch) for u in extra}) > 0.9 * len(extra)
+    low, high = open_vocab.FESTIVAL_F0
+    assert min(u.pitch for u in extra) < low + 20 and max(u.pitch for u in extra) > high - 20
+    # flite's test speakers are festival voices too (kal, slt): never among the training ones
+    assert not any(f in open_vocab.FESTIVAL_VOICE for f in ("kal", "slt", "awb", "rms"))
+
+
+@pytest.mark.skipif(not shutil.which("festival"), reason="needs festival and festvox-kdlpc16k")
+def test_festival_speaks_at_the_drawn_pitch(tmp_path):
+    pitches = {}
+    for f0 in (90, 200):
+        utterance = open_vocab.Utterance("train", "a man is here and a woman",
+                                         "festival:ked_diphone", 100, f0, f"{f0}.wav")
+        open_vocab.synthesise(utterance, tmp_path)
+        samples = open_vocab.trimmed_16k(tmp_path / utterance.file, tmp_path)
+        pitches[f0] = median_pitch(samples.astype(np.float64))
+    assert abs(pitches[90] - 90) < 15 and abs(pitches[200] - 200) < 25
+
+
+def median_pitch(samples: np.ndarray, rate: int = 16000) -> float:
+    """The median autocorrelation pitch (60-400 Hz) of 40 ms frames that sound."""
+    found = []
+    for start in range(0, len(samples) - 640, 320):
+        frame = samples[start:start + 640]
+        if np.abs(frame).mean() < 500:
+            continue
+        correlation = np.correlate(frame, frame, "full")[639:]
+        low, high = rate // 400, rate // 60
+        found.append(rate / (low + np.argmax(correlation[low:high])))
+    return float(np.median(found))
 
 
 @needs_tools
