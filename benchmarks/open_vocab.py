@@ -187,7 +187,11 @@ def synthesise(utterance: Utterance, folder: Path) -> None:
     else:
         command = ["espeak-ng", "-v", utterance.voice, "-s", str(utterance.speed),
                    "-p", str(utterance.pitch), "-w", str(partial), utterance.text]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    # festival reports each diphone its voice lacks (it says a silence instead) on stderr
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{command[0]} failed on {utterance.file} ({utterance.voice}): "
+                           f"{done.stderr.strip()[-300:]}")
     partial.replace(target)
 
 

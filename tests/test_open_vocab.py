@@ -92,6 +92,10 @@ def test_festival_speaks_at_the_drawn_pitch(tmp_path):
         samples = open_vocab.trimmed_16k(tmp_path / utterance.file, tmp_path)
         pitches[f0] = median_pitch(samples.astype(np.float64))
     assert abs(pitches[90] - 90) < 15 and abs(pitches[200] - 200) < 25
+    missing = open_vocab.Utterance("train", "hello", "festival:nobody_diphone", 100, 120, "x.wav")
+    with pytest.raises(RuntimeError, match=r"x\.wav \(festival:nobody_diphone\).*nobody_diphone"):
+        open_vocab.synthesise(missing, tmp_path)
+    assert not (tmp_path / "x.wav").exists()
 
 
 def median_pitch(samples: np.ndarray, rate: int = 16000) -> float:
