@@ -68,17 +68,21 @@ FLITE_VOICES = ("awb", "rms", "slt", "kal16")
 SPEEDS = (130, 190)
 PITCHES = (30, 70)
 #: festival's voice for ``--second-engine``, its mean pitch (Hz) and duration stretch (percent)
-#: drawn per utterance: 85-230 Hz spans low male to female voices.
+#: drawn per utterance: 85-230 Hz spans low male to female voices. The vocal-tract scale, drawn
+#: too, gives the one male speaker formants up to a woman's (about 1.2 times a man's).
 FESTIVAL_VOICE = "ked_diphone"
 FESTIVAL_F0 = (85, 230)
 FESTIVAL_STRETCH = (85, 130)
+FESTIVAL_SCALE = (0.95, 1.25)
 
 
 @dataclass
 class Utterance:
     """One utterance to synthesise. ``voice`` is an espeak-ng voice, ``flite:VOICE`` or
     ``festival:VOICE``; for espeak-ng ``speed`` is words a minute and ``pitch`` 0-99, for
-    festival ``speed`` is the duration stretch in percent and ``pitch`` the mean F0 in Hz."""
+    festival ``speed`` is the duration stretch in percent and ``pitch`` the mean F0 in Hz, and
+    ``scale`` how far its vocal tract is shortened (formants, pitch and rate raised together by
+    resampling; festival's pitch and stretch are set so that the result has the drawn ones)."""
 
     split: str
     text: str
@@ -86,6 +90,7 @@ class Utterance:
     speed: int = 0
     pitch: int = 0
     file: str = ""
+    scale: float = 1.0
 
 
 @dataclass
@@ -159,9 +164,10 @@ def plan_corpus(sentences: Iterable[str], train: int, dev: int, test: int, seed:
     plan.utterances += [espeak("train", s, TRAIN_DIALECTS, TRAIN_VARIANTS, more)
                         for _ in range(train_voices - 1) for s in trains]
     if second_engine:
-        other = random.Random(f"{seed}-festival")
+        other, scales = random.Random(f"{seed}-festival"), random.Random(f"{seed}-scale")
         plan.utterances += [Utterance("train", s, f"festival:{FESTIVAL_VOICE}",
-                                      other.randint(*FESTIVAL_STRETCH), other.randint(*FESTIVAL_F0))
+                                      other.randint(*FESTIVAL_STRETCH), other.randint(*FESTIVAL_F0),
+                                      scale=round(scales.uniform(*FESTIVAL_SCALE), 3))
                             for s in trains]
     for number, utterance in enumerate(plan.utterances):
         utterance.file = f"{utterance.split}/{number:05d}.wav"
@@ -192,18 +198,24 @@ def synthesise(utterance: Utterance, folder: Path) -> None:
     if done.returncode:
         raise RuntimeError(f"{command[0]} failed on {utterance.file} ({utterance.voice}): "
                            f"{done.stderr.strip()[-300:]}")
+    if utterance.scale != 1.0:
+        scaled = target.with_suffix(".scaled.wav")
+        subprocess.run(["sox", str(partial), "-r", "16000", str(scaled), "speed",
+                        str(utterance.scale)], check=True)
+        scaled.replace(partial)
     partial.replace(target)
 
 
 def festival_command(utterance: Utterance, out: Path) -> list[str]:
-    """festival speaking ``utterance`` into ``out`` at its mean pitch and duration stretch.
+    """festival speaking ``utterance`` into ``out`` at its mean pitch and duration stretch,
+    both divided by its scale (which resampling multiplies back).
 
     The text is a Scheme string literal: corpus text is only a-z, space and apostrophe."""
-    f0 = utterance.pitch
+    f0 = utterance.pitch / utterance.scale
     return ["festival", "--batch", f"(voice_{utterance.voice.split(':', 1)[1]})",
-            f"(set! int_lr_params '((target_f0_mean {f0}) (target_f0_std {f0 / 7:.1f}) "
+            f"(set! int_lr_params '((target_f0_mean {f0:.1f}) (target_f0_std {f0 / 7:.1f}) "
             "(model_f0_mean 170) (model_f0_std 34)))",
-            f"(Parameter.set 'Duration_Stretch {utterance.speed / 100:.2f})",
+            f"(Parameter.set 'Duration_Stretch {utterance.speed / 100 * utterance.scale:.3f})",
             f'(utt.save.wave (utt.synth (Utterance Text "{utterance.text}")) "{out}" \'riff)']
 
 

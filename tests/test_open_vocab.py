@@ -76,6 +76,9 @@ def test_a_second_engine_adds_festival_speech_and_changes_nothing_else():
     assert [u.text for u in extra] == [u.text for u in trains]
     assert {(u.split, u.voice) for u in extra} == {("train", "festival:ked_diphone")}
     assert len({(u.speed, u.pitch) for u in extra}) > 0.9 * len(extra)
+    scales = sorted(u.scale for u in extra)
+    assert open_vocab.FESTIVAL_SCALE[0] <= scales[0] < 1 < 1.2 < scales[-1]
+    assert {u.scale for u in one.utterances} == {1.0}
     low, high = open_vocab.FESTIVAL_F0
     assert min(u.pitch for u in extra) < low + 20 and max(u.pitch for u in extra) > high - 20
     # flite's test speakers are festival voices too (kal, slt): never among the training ones
@@ -85,13 +88,23 @@ def test_a_second_engine_adds_festival_speech_and_changes_nothing_else():
 @pytest.mark.skipif(not shutil.which("festival"), reason="needs festival and festvox-kdlpc16k")
 def test_festival_speaks_at_the_drawn_pitch(tmp_path):
     pitches = {}
-    for f0 in (90, 200):
+    lengths, centroids = {}, {}
+    for f0, scale in ((90, 1.0), (200, 1.0), (200, 1.25)):
         utterance = open_vocab.Utterance("train", "a man is here and a woman",
-                                         "festival:ked_diphone", 100, f0, f"{f0}.wav")
+                                         "festival:ked_diphone", 100, f0, f"{f0}-{scale}.wav",
+                                         scale)
         open_vocab.synthesise(utterance, tmp_path)
         samples = open_vocab.trimmed_16k(tmp_path / utterance.file, tmp_path)
-        pitches[f0] = median_pitch(samples.astype(np.float64))
-    assert abs(pitches[90] - 90) < 15 and abs(pitches[200] - 200) < 25
+        pitches[f0, scale] = median_pitch(samples.astype(np.float64))
+        lengths[f0, scale] = len(samples)
+        power = np.abs(np.fft.rfft(samples.astype(np.float64))) ** 2
+        centroids[f0, scale] = float((np.arange(len(power)) * power).sum() / power.sum()
+                                     / len(samples) * 16000)
+    assert abs(pitches[90, 1.0] - 90) < 15 and abs(pitches[200, 1.0] - 200) < 25
+    # a shorter vocal tract raises the spectrum and keeps the drawn pitch and rate
+    assert 1.1 < centroids[200, 1.25] / centroids[200, 1.0] < 1.4
+    assert abs(pitches[200, 1.25] - 200) < 25
+    assert abs(lengths[200, 1.25] / lengths[200, 1.0] - 1) < 0.1
     missing = open_vocab.Utterance("train", "hello", "festival:nobody_diphone", 100, 120, "x.wav")
     with pytest.raises(RuntimeError, match=r"x\.wav \(festival:nobody_diphone\).*nobody_diphone"):
         open_vocab.synthesise(missing, tmp_path)
