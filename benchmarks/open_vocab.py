@@ -17,10 +17,10 @@ held-out speech:
   synthesiser (flite's awb, rms, slt and kal16 voices): out of domain.
 - **a second training engine**: ``--second-engine`` also speaks each training sentence once by
   festival's ``ked`` diphone voice (a US English speaker whose diphones are recordings of a
-  person), at a random mean pitch and speaking rate. The model then hears two synthesisers'
-  versions of every phone, and flite stays a third one it never heard: festival's other English
-  voices (kal, slt) are flite test speakers, so they are never used. Like ``--train-voices``,
-  these utterances come last and change nothing else.
+  person), at a random mean pitch, speaking rate and vocal-tract scale. The model then hears
+  two synthesisers' versions of every phone, and flite stays a third one it never heard:
+  festival's other English voices (kal, slt) are flite test speakers, so they are never used.
+  Like ``--train-voices``, these utterances come last and change nothing else.
 - **more speech, same text**: ``--train-voices N`` speaks each training sentence N times, each
   time in its own voice, speed and pitch. The text holds only about 5,000 training sentences
   free of held-out words, so this is how the corpus grows; the extra utterances are drawn from
@@ -200,7 +200,7 @@ def synthesise(utterance: Utterance, folder: Path) -> None:
                            f"{done.stderr.strip()[-300:]}")
     if utterance.scale != 1.0:
         scaled = target.with_suffix(".scaled.wav")
-        subprocess.run(["sox", str(partial), "-r", "16000", str(scaled), "speed",
+        subprocess.run(["sox", "-V1", str(partial), "-r", "16000", str(scaled), "speed",
                         str(utterance.scale)], check=True)
         scaled.replace(partial)
     partial.replace(target)
