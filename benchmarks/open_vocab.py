@@ -208,7 +208,8 @@ def synthesise(utterance: Utterance, folder: Path) -> None:
 
 def festival_command(utterance: Utterance, out: Path) -> list[str]:
     """festival speaking ``utterance`` into ``out`` at its mean pitch and duration stretch,
-    both divided by its scale (which resampling multiplies back).
+    both divided by its scale (which resampling multiplies back). ``int_lr_params`` is
+    replaced whole, so the model's F0 mean and deviation are ked's own (its voice file's).
 
     The text is a Scheme string literal: corpus text is only a-z, space and apostrophe."""
     f0 = utterance.pitch / utterance.scale

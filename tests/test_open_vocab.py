@@ -72,7 +72,7 @@ def test_a_second_engine_adds_festival_speech_and_changes_nothing_else():
                                   second_engine=True)
     assert both.utterances[:len(one.utterances)] == one.utterances
     extra = both.utterances[len(one.utterances):]
-    trains = [u for u in one.utterances if u.split == "train"][:300]
+    trains = [u for u in one.utterances if u.split == "train"][:300]  # not the second voices
     assert [u.text for u in extra] == [u.text for u in trains]
     assert {(u.split, u.voice) for u in extra} == {("train", "festival:ked_diphone")}
     assert len({(u.speed, u.pitch) for u in extra}) > 0.9 * len(extra)
@@ -87,8 +87,7 @@ def test_a_second_engine_adds_festival_speech_and_changes_nothing_else():
 
 @pytest.mark.skipif(not shutil.which("festival"), reason="needs festival and festvox-kdlpc16k")
 def test_festival_speaks_at_the_drawn_pitch(tmp_path):
-    pitches = {}
-    lengths, centroids = {}, {}
+    pitches, lengths, centroids = {}, {}, {}
     for f0, scale in ((90, 1.0), (200, 1.0), (200, 1.25)):
         utterance = open_vocab.Utterance("train", "a man is here and a woman",
                                          "festival:ked_diphone", 100, f0, f"{f0}-{scale}.wav",
@@ -98,8 +97,8 @@ def test_festival_speaks_at_the_drawn_pitch(tmp_path):
         pitches[f0, scale] = median_pitch(samples.astype(np.float64))
         lengths[f0, scale] = len(samples)
         power = np.abs(np.fft.rfft(samples.astype(np.float64))) ** 2
-        centroids[f0, scale] = float((np.arange(len(power)) * power).sum() / power.sum()
-                                     / len(samples) * 16000)
+        frequencies = np.fft.rfftfreq(len(samples), 1 / 16000)
+        centroids[f0, scale] = float((frequencies * power).sum() / power.sum())
     assert abs(pitches[90, 1.0] - 90) < 15 and abs(pitches[200, 1.0] - 200) < 25
     # a shorter vocal tract raises the spectrum and keeps the drawn pitch and rate
     assert 1.1 < centroids[200, 1.25] / centroids[200, 1.0] < 1.4
