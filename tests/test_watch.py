@@ -185,11 +185,19 @@ def test_the_trainer_hands_each_checkpoint_to_a_running_watcher(tmp_path):
                               model=model)
     checkpoints.save("latest", 1, {"global_step": 1})
     assert not (folder / "watch").exists()  # no watcher: nothing handed over
+    pointers = {}
     with folder_lock(folder / "watch", "watch"):
         for step in (2, 3, 4):
             checkpoints.save("latest", step, {"global_step": step})
+            pointers[step] = json.loads((folder / "checkpoints/latest.json").read_text())
         pending = Watcher(folder, ["dev"])._pending()
     assert [s.step for s in pending] == [2, 3, 4]
+    # The watcher's poll read step 3's pointer just before the save of step 4 deleted its
+    # folder: the trainer's snapshot of it waits to be scored, so it is not skipped.
+    notes: list[str] = []
+    assert Watcher(folder, ["dev"], echo=notes.append).snapshot(
+        pointers[3]["folder"], pointers[3]["state"]) is None
+    assert notes == [] and not (folder / "evaluations.jsonl").exists()
     # The older latest ones are deleted (the tiny run's best stays).
     assert [p.name[:21] for p in (folder / "checkpoints").glob("ckpt-*-latest-*")] == [
         "ckpt-000000004-latest"]

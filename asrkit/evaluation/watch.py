@@ -181,12 +181,16 @@ class Watcher:
         return saved
 
     def snapshot(self, name: str, state: dict[str, Any]) -> Snapshot | None:
-        """Hard-link the checkpoint folder ``name`` into ``watch/pending``; None, with a note,
-        when the trainer has deleted it meanwhile."""
+        """Hard-link the checkpoint folder ``name`` into ``watch/pending``; None when the
+        trainer has deleted it meanwhile: with a note, unless the trainer handed it over first."""
         step = int(state.get("global_step", -1))
         try:
             folder = link_snapshot(self.checkpoints, self.pending, name, state)
         except FileNotFoundError:
+            # The trainer hands each checkpoint over itself before deleting it (hand_over):
+            # then its snapshot waits in pending, or is scored already, and nothing is lost.
+            if (self.pending / name / SNAPSHOT_STATE).is_file() or step in self.scored:
+                return None
             self._skip(step, f"the training deleted it ({name}) before it could be read; a "
                              "newer checkpoint replaced it")
             return None
