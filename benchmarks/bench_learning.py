@@ -64,8 +64,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from open_vocab import build, lm_sentences
+
+from asrkit.train.machine import machine_text
 
 TEST_SETS = ("test", "test-unseen", "test-flite")
 
@@ -205,13 +208,15 @@ def build_lm(work: Path, dictionary: Path | None) -> Path:
     return arpa
 
 
-def progress(run: Path) -> dict[str, float]:
+def progress(run: Path) -> dict:
     state = json.loads((run / "checkpoints/latest.json").read_text())["state"]
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     rates = [e["audio_seconds_per_second"] for e in steps if e["event"] == "step"]
     dev = [(e["step"], round(e["dev_cer"], 4)) for e in steps if e["event"] == "evaluation"]
     config = json.loads((run / "config.json").read_text())
-    return {"steps": state["global_step"], "epochs": round(
+    machines = [e for e in steps if e["event"] == "machine"]
+    return {"steps": state["global_step"], "machine": machine_text(machines[-1]) if machines
+            else "not recorded", "epochs": round(
         state["epoch"] + state["step_in_epoch"] / max(state.get("steps_per_epoch") or 1, 1), 2),
         "audio_seconds_per_second": round(rates[-1], 1) if rates else 0.0,
         "preset": config["train"]["preset"], "batch_size": config["train"]["batch_size"],
@@ -324,7 +329,7 @@ def line(row: dict) -> str:
                      f"{row[s]['utterances_per_second']} utt/s)" for s in scored(row))
     dev = " ".join(f"{step}:{cer:.1%}" for step, cer in row["dev_cer_by_step"])
     return (f"{row['model']} ({row['variant']}, preset {row['preset']}) after {row['minutes']:g} "
-            f"min, {row['steps']} steps, {row['checkpoint']} checkpoint (step "
+            f"min, {row['steps']} steps on {row['machine']}, {row['checkpoint']} checkpoint (step "
             f"{row['test']['step']}): {sets}; dev CER by step {dev}")
 
 

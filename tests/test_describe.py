@@ -199,6 +199,7 @@ def test_describe_run(home, trained, asrkit_cli, tmp_path):
     assert "  model: n_hidden=32, n_cell=32, context=2," in out
     assert "progress: step 4, epoch 1 of 1, 4 steps an epoch (finished: all epochs done)" in out
     assert "best dev: loss " in out and "report (test, 1 utterances, greedy decoder)" in out
+    assert "\n  trained from step 0 on " in out and ", 1 tower, " in out  # and the precision
     # Computed, printed and saved for the next time.
     parameters, macs = brnn_by_hand(26, 2, 32, 32, 29)
     assert f"model brnn: {parameters:,} parameters" in out
@@ -223,6 +224,19 @@ def test_describe_run(home, trained, asrkit_cli, tmp_path):
     assert described["model_analysis"]["parameters"] == parameters
     assert described["config"]["model"]["n_hidden"] == 32
     assert described["dataset"]["splits"]["train"]["utterances"] == 16
+    (machine,) = described["machines"]
+    assert machine["step"] == 0 and machine["replicas"] == 1 and machine["cores"] >= 1
+
+
+def test_describe_names_each_machine_a_run_trained_on_once():
+    """A resumption on the same machine is not listed again; one on another machine is."""
+    from asrkit.evaluation.describe import sessions_by_machine
+
+    first = {"event": "machine", "step": 0, "cpu": "A", "precision": "float32"}
+    records = [first, {"event": "step", "step": 5}, {**first, "step": 10},
+               {**first, "step": 20, "cpu": "B"}, {**first, "step": 30, "cpu": "B"}]
+    assert [(s["step"], s["cpu"]) for s in sessions_by_machine(records)] == [(0, "A"), (20, "B")]
+    assert sessions_by_machine([{"event": "step", "step": 1}]) == []
 
 
 def test_describe_a_run_that_has_just_started(home, trained, asrkit_cli, tmp_path):

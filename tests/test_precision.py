@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from asrkit.testing import check_precision
+from asrkit.train.machine import machine_record, machine_text
 from asrkit.train.precision import AMX_FLAG, choose_precision, cpu_flags, policy
 from asrkit.types import ModelSpec
 
@@ -38,6 +39,25 @@ def test_cpu_flags_come_from_cpuinfo(tmp_path):
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16 amx_tile\nbugs\t\t: spectre\n")
     assert cpu_flags(info) == {"fpu", "avx2", "amx_bf16", "amx_tile"}
     assert cpu_flags(tmp_path / "missing") == set()
+
+
+def test_a_session_records_the_first_processor_of_cpuinfo(tmp_path):
+    """The machine record reads the first processor's block only (every core repeats it),
+    and says which bfloat16 unit, if any, the CPU has."""
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\ncpu MHz\t\t: 2600.004\n"
+                    "flags\t\t: fpu avx512_bf16\n\nprocessor\t: 1\nmodel name\t: other\n"
+                    "flags\t\t: fpu amx_bf16\n")
+    record = machine_record(7, "float32", 1, info)
+    assert record["cpu"] == "AMD EPYC 9R14" and record["cpu_mhz"] == 2600
+    assert record["bfloat16_unit"] == "AVX512-BF16" and record["step"] == 7
+    assert record["tensorflow"] and record["python"] and record["cores"] >= 1
+    assert machine_text(record).startswith(
+        f"AMD EPYC 9R14 ({record['cores']} cores at 2,600 MHz, AVX512-BF16, ")
+    assert machine_text(record).endswith(f", 1 tower, float32, TensorFlow {record['tensorflow']}")
+    bare = machine_record(0, "float32", 2, tmp_path / "missing")  # not Linux
+    assert bare["cpu"] and bare["cpu_mhz"] is None and bare["bfloat16_unit"] is None
+    assert ", 2 towers, " in machine_text(bare)
 
 
 def test_the_policy_holds_while_building_only():
@@ -73,6 +93,9 @@ def test_a_bfloat16_run_trains_evaluates_and_resumes_in_float32(tiny_dataset, tm
     assert "precision: float32" in result.stdout
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [e["step"] for e in steps if e["event"] == "step"][-2:] == [5, 6]
+    # Each session says what it ran on, in which precision.
+    sessions = [(e["step"], e["precision"]) for e in steps if e["event"] == "machine"]
+    assert sessions == [(0, "mixed_bfloat16"), (4, "float32")]
 
 
 def test_runs_saved_with_mixed_precision_keep_it(tiny_run, tmp_path):

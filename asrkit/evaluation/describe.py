@@ -30,6 +30,7 @@ from asrkit.dataset.manifest import read_csv
 from asrkit.models.analysis import run_model_analysis, summary_text
 from asrkit.pipeline.batches import utterance_samples
 from asrkit.runs.run import load_run
+from asrkit.train.machine import machine_text
 
 #: Quantiles printed for durations and transcript lengths.
 QUANTILES = {"min": 0.0, "p10": 0.1, "p25": 0.25, "median": 0.5, "p75": 0.75, "p90": 0.9,
@@ -240,6 +241,23 @@ def best_scores(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return best
 
 
+def sessions_by_machine(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``machine`` records of a run's training sessions (:mod:`asrkit.train.machine`),
+    each without its ``event``; a resumption on the same machine, towers, precision and
+    versions is not repeated."""
+    sessions: list[dict[str, Any]] = []
+    for record in records:
+        if record.get("event") == "machine":
+            session = {k: v for k, v in record.items() if k != "event"}
+            if not sessions or _without_step(sessions[-1]) != _without_step(session):
+                sessions.append(session)
+    return sessions
+
+
+def _without_step(session: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in session.items() if k != "step"}
+
+
 def describe_run(folder: Location) -> tuple[dict[str, Any], dict[str, Any]]:
     """The description of a run, and what its plots need."""
     run = load_run(folder)
@@ -276,6 +294,7 @@ def describe_run(folder: Location) -> tuple[dict[str, Any], dict[str, Any]]:
         },
         "progress": progress,
         "best": best_scores(records),
+        "machines": sessions_by_machine(records),
         "report": None if report is None else {
             k: report.get(k) for k in ("split", "decoder", "utterances", "wer", "cer", "loss")},
         "model_analysis": run_model_analysis(run),
@@ -305,6 +324,8 @@ def run_text(d: dict[str, Any]) -> str:
     if p["last_loss"] is not None:
         lines.append(f"  last logged loss {_number(p['last_loss'])}, learning rate "
                      f"{p['last_lr']:g}")
+    for session in d["machines"]:
+        lines.append(f"  trained from step {session['step']:,} on {machine_text(session)}")
     best = d["best"]
     if best:
         parts = []

@@ -11,7 +11,8 @@ exported or compared later.
       tokenizer.json     with ``-o tokenizer=FILE``: which tokenizer, and its file's copy
       tokenizer.model    (or the tokenizer's own suffix): that copy (:mod:`asrkit.tokenizers`)
       checkpoints/       latest.json + best.json pointers and their checkpoint folders
-      metrics.jsonl      one JSON object a line: steps, epochs, evaluations, warnings
+      metrics.jsonl      one JSON object a line: steps, epochs, evaluations, warnings, the
+                         machine of each session (:mod:`asrkit.train.machine`)
       tensorboard/       the same metrics for TensorBoard
       report.json        the final evaluation (and report.txt, for people)
     runs/<name>.lock     while a training writes the run: who it is (:mod:`asrkit.core.locks`)

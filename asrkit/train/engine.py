@@ -37,6 +37,7 @@ from asrkit.train.failures import stop_on_interrupt
 from asrkit.train.finetune import initialise
 from asrkit.train.growth import Growth, saved_model_config
 from asrkit.train.loop import StepLoop, estimated_steps_per_epoch, stop_at_max_steps
+from asrkit.train.machine import machine_record
 from asrkit.train.model import TrainedModel, seed_everything
 from asrkit.train.precision import choose_precision
 from asrkit.train.progress import RunProgress
@@ -131,7 +132,14 @@ class Trainer:
         if restored:
             self.records.metrics({"event": "resume", "epoch": state.epoch,
                                   "step": state.global_step})
-            return state
+        else:
+            self._start_new_run()
+        self.records.metrics(machine_record(state.global_step, self.precision, self.replicas))
+        return state
+
+    def _start_new_run(self) -> None:
+        """A new run's folder: its configuration, model analysis and warnings."""
+        config, trained = self.config, self.trained
         if self.chief:
             self.run.save()
             write_model_analysis(self.run.folder, trained.model, self.spec, trained.model_config,
@@ -141,4 +149,3 @@ class Trainer:
         if config.init_from:
             self.records.metrics({"event": "init_from", "source": config.init_from,
                                   "reset": list(config.init_reset)})
-        return state

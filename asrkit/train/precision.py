@@ -37,17 +37,32 @@ AVX512_BF16_FLAG = "avx512_bf16"
 BF16_FLAGS = {AMX_FLAG: "AMX", AVX512_BF16_FLAG: "AVX512-BF16"}
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The CPU's feature flags (empty where /proc/cpuinfo does not exist: not Linux)."""
+def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """The first processor's fields of ``/proc/cpuinfo`` (``model name``, ``flags``, ...); empty
+    where it does not exist (not Linux)."""
     try:
         text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return set()
+        return {}
+    fields: dict[str, str] = {}
     for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the end of the first processor's block
+            continue
         key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return set(value.split())
-    return set()
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo does not exist: not Linux)."""
+    return set(cpu_info(cpuinfo).get("flags", "").split())
+
+
+def bfloat16_unit(flags: set[str]) -> str | None:
+    """The CPU's unit that multiplies bfloat16 in hardware (``AMX``, ``AVX512-BF16``), if any."""
+    return next((name for flag, name in BF16_FLAGS.items() if flag in flags), None)
 
 
 def onednn_enabled() -> bool:
@@ -63,10 +78,9 @@ def choose_precision(requested: str, on_gpus: bool, flags: set[str] | None = Non
         return requested, f"precision={requested}"
     if on_gpus:
         return "float32", "GPUs: float32; -o precision=mixed_float16 for float16 products"
-    flags = cpu_flags() if flags is None else flags
-    units = [name for flag, name in BF16_FLAGS.items() if flag in flags]
-    if units and onednn_enabled():
-        return "mixed_bfloat16", (f"this CPU's {units[0]} multiplies bfloat16 in hardware: "
+    unit = bfloat16_unit(cpu_flags() if flags is None else flags)
+    if unit and onednn_enabled():
+        return "mixed_bfloat16", (f"this CPU's {unit} multiplies bfloat16 in hardware: "
                                   "bfloat16 products, float32 weights; -o precision=float32 "
                                   "for none")
     return "float32", "this CPU has neither AMX nor AVX512-BF16 to multiply bfloat16 in hardware"
