@@ -18,6 +18,7 @@ import json
 import math
 import shutil
 import sys
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -111,15 +112,16 @@ class ToyScorer(WordScorer):
         return -0.3 if state == "ab" else -1.5
 
 
-def textbook_lm_beam(log_probs: np.ndarray, width: int, scorer: WordScorer,
-                     symbols: tuple[str, ...], prune: float | None = None
-                     ) -> list[tuple[str, float]]:
-    """The prefix beam search ranking by log P(prefix) + the scores of its finished words + the
-    partial-word penalty (prefixes more than ``prune`` below the best dropped each frame); at
-    the end the last word is finished and the end scored."""
+def textbook_label_lm_beam(log_probs: np.ndarray, width: int, scorer: WordScorer,
+                           symbols: Sequence[str], word_marker: str,
+                           prune: float | None = None) -> list[tuple[tuple[int, ...], float]]:
+    """The prefix beam search over label sequences, ranked by log P(prefix) + the scores of its
+    finished words + the partial-word penalty, words being the text between ``word_marker``s
+    (prefixes more than ``prune`` below the best dropped each frame); at the end the last word
+    is finished and the end scored. Characters or subword pieces alike."""
 
-    def lm(text: str, final: bool) -> float:
-        *finished, partial = text.split(" ")
+    def lm(prefix: tuple[int, ...], final: bool) -> float:
+        *finished, partial = "".join(symbols[c] for c in prefix).split(word_marker)
         state, total = scorer.start(), 0.0
         for word in finished:
             if word:
@@ -136,16 +138,16 @@ def textbook_lm_beam(log_probs: np.ndarray, width: int, scorer: WordScorer,
 
     probs = np.exp(log_probs)
     blank = probs.shape[1] - 1
-    beams: dict[str, tuple[float, float]] = {"": (1.0, 0.0)}
+    beams: dict[tuple[int, ...], tuple[float, float]] = {(): (1.0, 0.0)}
     for frame in probs:
-        new: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+        new: dict[tuple[int, ...], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
         for prefix, (pb, pnb) in beams.items():
             new[prefix][0] += (pb + pnb) * frame[blank]
             if prefix:
-                new[prefix][1] += pnb * frame[symbols.index(prefix[-1])]
+                new[prefix][1] += pnb * frame[prefix[-1]]
             for label in range(blank):
-                through = pb if prefix and prefix[-1] == symbols[label] else pb + pnb
-                new[prefix + symbols[label]][1] += through * frame[label]
+                through = pb if prefix and prefix[-1] == label else pb + pnb
+                new[(*prefix, label)][1] += through * frame[label]
         scored = sorted(((math.log(sum(v)) + lm(prefix, False), prefix, v)
                          for prefix, v in new.items() if sum(v) > 0), reverse=True)[:width]
         floor = scored[0][0] + prune if prune is not None else -math.inf
@@ -153,6 +155,14 @@ def textbook_lm_beam(log_probs: np.ndarray, width: int, scorer: WordScorer,
     final = [(prefix, math.log(pb + pnb) + lm(prefix, True)) for prefix, (pb, pnb)
              in beams.items()]
     return sorted(final, key=lambda item: -item[1])
+
+
+def textbook_lm_beam(log_probs: np.ndarray, width: int, scorer: WordScorer,
+                     symbols: tuple[str, ...], prune: float | None = None
+                     ) -> list[tuple[str, float]]:
+    """:func:`textbook_label_lm_beam` over characters, words between spaces, as texts."""
+    return [("".join(symbols[c] for c in prefix), score) for prefix, score
+            in textbook_label_lm_beam(log_probs, width, scorer, symbols, " ", prune)]
 
 
 # -- greedy -------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ the word before it and begins "the"). The pieces are hand-written
 
 from __future__ import annotations
 
-import collections
 import itertools
 import math
 from typing import ClassVar
@@ -147,51 +146,6 @@ def test_the_vocabulary_judges_unfinished_words_spelt_by_pieces():
     assert UnigramDecoder(vocabulary=True).decode(logits, None, letters) == ["the cat"]
 
 
-def textbook_piece_lm_beam(log_probs: np.ndarray, width: int, scorer: WordScorer,
-                           labels: Pieces, prune: float | None = None
-                           ) -> list[tuple[tuple[int, ...], float]]:
-    """The prefix beam search over label sequences, ranked by log P(prefix) + the scores of its
-    finished words + the partial-word penalty, words being the text between word markers; at
-    the end the last word is finished and the end scored (tests.test_decoders' textbook, with
-    words read from pieces)."""
-
-    def lm(prefix: tuple[int, ...], final: bool) -> float:
-        *finished, partial = "".join(labels.symbols[c] for c in prefix).split(labels.word_marker)
-        state, total = scorer.start(), 0.0
-        for word in finished:
-            if word:
-                score, state = scorer.score_word(state, word)
-                total += score
-        if final:
-            if partial:
-                score, state = scorer.score_word(state, partial)
-                total += score
-            return total + scorer.score_end(state)
-        if partial and not any(w.startswith(partial) for w in scorer.vocabulary):
-            total += scorer.partial_penalty
-        return total
-
-    probs = np.exp(log_probs)
-    blank = probs.shape[1] - 1
-    beams: dict[tuple[int, ...], tuple[float, float]] = {(): (1.0, 0.0)}
-    for frame in probs:
-        new: dict[tuple[int, ...], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
-        for prefix, (pb, pnb) in beams.items():
-            new[prefix][0] += (pb + pnb) * frame[blank]
-            if prefix:
-                new[prefix][1] += pnb * frame[prefix[-1]]
-            for label in range(blank):
-                through = pb if prefix and prefix[-1] == label else pb + pnb
-                new[(*prefix, label)][1] += through * frame[label]
-        scored = sorted(((math.log(sum(v)) + lm(prefix, False), prefix, v)
-                         for prefix, v in new.items() if sum(v) > 0), reverse=True)[:width]
-        floor = scored[0][0] + prune if prune is not None else -math.inf
-        beams = {prefix: (pb, pnb) for key, prefix, (pb, pnb) in scored if key >= floor}
-    final = [(prefix, math.log(pb + pnb) + lm(prefix, True)) for prefix, (pb, pnb)
-             in beams.items()]
-    return sorted(final, key=lambda item: -item[1])
-
-
 @pytest.mark.parametrize(("width", "bounded", "prune"),
                          [(2, False, None), (6, False, None), (6, True, None), (2, True, None),
                           (8, True, -3.0), (8, False, -3.0)])
@@ -199,7 +153,7 @@ def test_search_over_pieces_with_a_word_scorer_equals_the_textbook(width, bounde
     """Words begun by a piece with a body ("▁a"), continued by multi-character pieces ("ab"),
     separated by a bare marker, or begun by a non-word ("▁bb"): the vectorised search ranks as
     the textbook does, bounded word scoring, pruning and batching included."""
-    from tests.test_decoders import ToyScorer
+    from tests.test_decoders import ToyScorer, textbook_label_lm_beam
 
     pieces = Pieces(["▁a", "▁b", "a", "b", "ab", "▁", "▁bb"])
     rng = np.random.default_rng(width)
@@ -209,7 +163,8 @@ def test_search_over_pieces_with_a_word_scorer_equals_the_textbook(width, bounde
     lengths = [12, 9, 12, 3, 10]
     batch = search.search_batch(log_probs, lengths)
     for utterance, length, found in zip(log_probs, lengths, batch, strict=True):
-        expected = textbook_piece_lm_beam(utterance[:length], width, ToyScorer(bounded), pieces,
+        expected = textbook_label_lm_beam(utterance[:length], width, ToyScorer(bounded),
+                                          pieces.symbols, pieces.word_marker,
                                           prune)
         assert [h.text for h in found] == [pieces.decode(p) for p, _ in expected]
         np.testing.assert_allclose([h.score for h in found], [s for _, s in expected],
