@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ from asrkit.importing.download import (
     fetch,
     mirrored,
 )
+from asrkit.testing import http_server
 from asrkit.types import Resource
 from tests.conftest import ROOT
 
@@ -105,17 +106,11 @@ def _handler(server: SlowServer) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture
 def slow_server() -> Iterator[SlowServer]:
     state = SlowServer()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    httpd.daemon_threads = True
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state
-    finally:
-        state.release.set()
-        httpd.shutdown()
-        httpd.server_close()
+    with http_server(_handler(state)) as state.url:
+        try:
+            yield state
+        finally:
+            state.release.set()  # before the server stops: it waits for its handlers
 
 
 #: Fetches argv[1] into the folder argv[2], as an import does; prints the outcome in one line.

@@ -10,14 +10,14 @@ import json
 import re
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from asrkit.testing import http_server
 from tests.conftest import ROOT
 from tests.test_transcribe import LDC, make_tiny_run
 
@@ -206,17 +206,13 @@ def test_the_documented_client_runs_against_the_contract(loaded, pcm, tmp_path):
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Server)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with http_server(Server) as url:
         code = re.search(r"<!-- serving-client -->\n```python\n(.*?)```", DOC.read_text(),
                          re.S).group(1)
-        code = code.replace("localhost:8501", f"127.0.0.1:{server.server_port}")
+        code = code.replace("http://localhost:8501", url)
         soundfile.write(tmp_path / "talk16k.wav", pcm, 16000, subtype="PCM_16")
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 cwd=tmp_path, timeout=120, check=False)
-    finally:
-        server.shutdown()
     assert result.returncode == 0, result.stderr[-3000:]
     import tensorflow as tf
 

@@ -20,7 +20,8 @@ Fixtures:
 ``corpus_server``
     a real HTTP server on 127.0.0.1 with ``Range`` support that can drop connections or fail
     requests on purpose, for testing downloads as they fail in the wild; ``serve_corpora()`` is
-    the same server as a context manager, for a fixture of a wider scope.
+    the same server as a context manager, for a fixture of a wider scope, and
+    ``http_server(handler)`` runs a request handler class of your own the same way.
 ``tiny_dataset``
     (session) the folder of asrkit's bundled ``sample`` corpus imported once: 19 real clips
     (train 16, dev 2, test 1), for ``asrkit train --dataset <folder>``.
@@ -79,7 +80,7 @@ from asrkit.testing.tokenizers import __all__ as _tokenizer_checks
 __all__ = ["check_export", "check_extractor", "check_model", "check_output_lengths",
            "check_streaming_model",
            "check_padding", "check_precision", "check_training", "import_sample", "make_tiny_run",
-           "serve_corpora",
+           "http_server", "serve_corpora",
            *_decoder_checks, *_objective_checks, *_tokenizer_checks]
 
 
@@ -250,20 +251,28 @@ def corpus_server() -> Iterator[CorpusServer]:
 
 
 @contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 (a free port) answering with ``handler``, a request
+    handler class of your own, each request in a thread of its own, until the ``with`` block
+    ends; yields its URL (``http://127.0.0.1:PORT``). For a server whose behaviour
+    :func:`corpus_server` does not have: an API an importer calls, a slow or stalling one."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@contextmanager
 def serve_corpora() -> Iterator[CorpusServer]:
     """The :func:`corpus_server` fixture's server, for a fixture of a wider scope (a module's
     tests sharing one mirror): it serves until the ``with`` block ends."""
     state = CorpusServer()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    httpd.daemon_threads = True
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with http_server(_handler(state)) as state.url:
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def import_sample(home: Path) -> Path:
