@@ -33,7 +33,7 @@ from asrkit.pipeline.batches import PaddingMeter
 from asrkit.runs.scoring import Evaluation
 from asrkit.train.clock import RunClock
 from asrkit.train.evaluations import DevEvaluations, SplitScorer
-from asrkit.train.failures import stop_on_interrupt
+from asrkit.train.failures import out_of_memory_is_an_error, stop_on_interrupt
 from asrkit.train.finetune import initialise
 from asrkit.train.growth import Growth, saved_model_config
 from asrkit.train.loop import StepLoop, estimated_steps_per_epoch, stop_at_max_steps
@@ -88,6 +88,9 @@ class Trainer:
         """
         clock = RunClock.start(self.config.max_minutes)
         state = self._start()
+        with out_of_memory_is_an_error(self.run):  # a full disk: continue with --resume
+            self.records.metrics(machine_record(state.global_step, self.precision,
+                                                self.replicas))
         self.records.open_summaries()
         steps_per_epoch = estimated_steps_per_epoch(self.run, self.dataset_dir, self.replicas)
         schedule = Schedule(self.config, steps_per_epoch, clock)
@@ -134,7 +137,6 @@ class Trainer:
                                   "step": state.global_step})
         else:
             self._start_new_run()
-        self.records.metrics(machine_record(state.global_step, self.precision, self.replicas))
         return state
 
     def _start_new_run(self) -> None:
