@@ -215,12 +215,12 @@ def progress(run: Path) -> dict:
     dev = [(e["step"], round(e["dev_cer"], 4)) for e in steps if e["event"] == "evaluation"]
     config = json.loads((run / "config.json").read_text())
     machines = [e for e in steps if e["event"] == "machine"]
-    return {"steps": state["global_step"], "machine": machine_text(machines[-1]) if machines
-            else "not recorded", "epochs": round(
+    return {"steps": state["global_step"], "epochs": round(
         state["epoch"] + state["step_in_epoch"] / max(state.get("steps_per_epoch") or 1, 1), 2),
         "audio_seconds_per_second": round(rates[-1], 1) if rates else 0.0,
         "preset": config["train"]["preset"], "batch_size": config["train"]["batch_size"],
-        "dev_cer_by_step": dev}
+        "dev_cer_by_step": dev,
+        "machine": machine_text(machines[-1]) if machines else "not recorded"}
 
 
 def main() -> None:

@@ -17,13 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import asrkit
-from asrkit.train.precision import bfloat16_unit, cpu_flags, cpu_info
-
-
-def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's model name (``/proc/cpuinfo``; elsewhere what Python's ``platform`` knows)."""
-    return (cpu_info(cpuinfo).get("model name") or platform.processor() or platform.machine()
-            or "unknown CPU")
+from asrkit.train.precision import bfloat16_unit, cpu_info, flags_in
 
 
 def memory_gib() -> float | None:
@@ -54,13 +48,21 @@ def machine_record(step: int, precision: str, replicas: int,
     towers in ``precision`` (a Keras dtype policy name)."""
     import tensorflow as tf
 
-    clock = cpu_info(cpuinfo).get("cpu MHz", "")
-    return {"event": "machine", "step": step, "cpu": cpu_name(cpuinfo),
-            "cpu_mhz": round(float(clock)) if clock.replace(".", "", 1).isdigit() else None,
-            "cores": os.cpu_count(), "bfloat16_unit": bfloat16_unit(cpu_flags(cpuinfo)),
+    info = cpu_info(cpuinfo)  # read once: name, clock and flags
+    name = info.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+    return {"event": "machine", "step": step, "cpu": name, "cpu_mhz": _mhz(info.get("cpu MHz")),
+            "cores": os.cpu_count(), "bfloat16_unit": bfloat16_unit(flags_in(info)),
             "memory_gib": memory_gib(), "gpus": gpu_names(), "replicas": replicas,
             "precision": precision, "asrkit": asrkit.__version__, "tensorflow": tf.__version__,
             "python": platform.python_version()}
+
+
+def _mhz(value: str | None) -> int | None:
+    """``/proc/cpuinfo``'s clock (``"2100.000"``) as whole MHz; None where absent or unreadable."""
+    try:
+        return round(float(value)) if value else None
+    except ValueError:
+        return None
 
 
 def machine_text(record: dict[str, Any]) -> str:

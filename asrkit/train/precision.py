@@ -55,9 +55,14 @@ def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
     return fields
 
 
+def flags_in(info: dict[str, str]) -> set[str]:
+    """The feature flags of a :func:`cpu_info`."""
+    return set(info.get("flags", "").split())
+
+
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     """The CPU's feature flags (empty where /proc/cpuinfo does not exist: not Linux)."""
-    return set(cpu_info(cpuinfo).get("flags", "").split())
+    return flags_in(cpu_info(cpuinfo))
 
 
 def bfloat16_unit(flags: set[str]) -> str | None:
