@@ -76,6 +76,34 @@ def test_rel_shift_puts_each_relative_position_in_place():
     np.testing.assert_array_equal(shifted, np.broadcast_to(i * 100 + (i - j), shifted.shape))
 
 
+def test_rel_shift_sends_each_gradient_back_to_the_score_it_came_from():
+    """The shift only moves scores: each output's gradient lands on the one relative-position
+    score it was read from, and the scores it drops get none (checked against a gather)."""
+    import tensorflow as tf
+
+    from asrkit.models.conformer_layers import rel_shift
+
+    rng = np.random.default_rng(0)
+    for queries, keys in ((5, 5), (3, 7)):
+        scores = tf.constant(rng.normal(size=(2, 3, queries, keys + queries - 1)), tf.float32)
+        upstream = tf.constant(rng.normal(size=(2, 3, queries, keys)), tf.float32)
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            shifted = rel_shift(scores, keys)
+        gradient = tape.gradient(shifted, scores, output_gradients=upstream).numpy()
+        # Output [i, j] reads relative position keys - queries + i - j, at column
+        # (keys - 1) - (keys - queries + i - j) = queries - 1 - i + j.
+        i, j = np.meshgrid(np.arange(queries), np.arange(keys), indexing="ij")
+        column = queries - 1 - i + j
+        expected = np.zeros(scores.shape, np.float32)
+        np.add.at(expected, (slice(None), slice(None), i, column), upstream.numpy())
+        np.testing.assert_allclose(shifted.numpy(),
+                                   np.take_along_axis(scores.numpy(),
+                                                      np.broadcast_to(column, shifted.shape),
+                                                      axis=3))
+        np.testing.assert_allclose(gradient, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_an_utterance_gives_the_same_logits_alone_and_in_a_padded_batch():
     """Random weights; the padding is noise, not zeros, so anything that leaks shows."""
     import tensorflow as tf

@@ -45,10 +45,11 @@ LAZY_IMPORTERS = (
     # The command line: each command's machinery is imported when that command runs.
     "asrkit/cli.py", "asrkit/commands/*",
     # Plugin modules, which `asrkit --help` and `asrkit plugins` import: the beam search's
-    # numpy half, and each model's Keras layers (the modules that define Keras classes import
-    # Keras at their top), are imported when first used.
+    # numpy half, and each model's and objective head's Keras layers (the modules that define
+    # Keras classes import Keras at their top), are imported when first used.
     "asrkit/decoders/beam.py", "asrkit/models/brnn.py", "asrkit/models/ds2.py",
-    "asrkit/models/conformer.py",
+    "asrkit/models/conformer.py", "asrkit/objectives/transducer.py",
+    "asrkit/objectives/attention.py",
 )
 
 #: Where an import statement runs.

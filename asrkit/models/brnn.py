@@ -85,6 +85,7 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Acous
     import keras
     import tensorflow as tf
 
+    from asrkit.models.dropout import Dropout
     from asrkit.models.layers import (
         HoistedBiLSTM,
         HoistedLSTM,
@@ -115,7 +116,7 @@ def build_brnn(config: BRNNConfig, num_features: int, num_classes: int) -> Acous
                                           name="bilstm")
             self.h5 = dense(config.n_hidden, "h5", config.h5_stddev)
             self.logits = dense(num_classes, "logits", config.logits_stddev)
-            self.dropout = keras.layers.Dropout(config.dropout)
+            self.dropout = Dropout(config.dropout)
 
         def call(self, inputs: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
             features, lengths = inputs

@@ -23,6 +23,7 @@ from asrkit.models.conformer_config import (
     SUBSAMPLING_STRIDE,
     ConformerConfig,
 )
+from asrkit.models.dropout import Dropout
 
 #: Layer normalisation's epsilon throughout the model.
 NORM_EPSILON = 1e-5
@@ -42,13 +43,22 @@ def rel_shift(scores: tf.Tensor, keys: int | tf.Tensor | None = None) -> tf.Tens
     utterance; ``K > Q``: a chunk after its cached left context).
 
     Transformer-XL's shift: one zero column, a reshape that moves each row one step further
-    left than the one above, and a slice; no gather, so it converts to TFLite built-ins."""
+    left than the one above, and a slice; no gather, so it converts to TFLite built-ins.
+
+    The slices are ``tf.slice``, not indexing: indexing is a strided slice, whose gradient
+    (``StridedSliceGrad``) took 12-14 ms for the scores of 16 utterances of 4 s on the 2-core
+    CPU, where ``tf.slice``'s (a pad) takes 1.4-2.2 ms, forward pass included; with four
+    blocks that was a tenth of the ``conformer``'s training step
+    (``benchmarks/bench_train.py --model conformer``)."""
     shape = tf.shape(scores)
     batch, heads, frames, positions = shape[0], shape[1], shape[2], shape[3]
     padded = tf.pad(scores, [[0, 0], [0, 0], [0, 0], [1, 0]])
-    padded = tf.reshape(padded, [batch, heads, positions + 1, frames])
-    shifted = tf.reshape(padded[:, :, 1:], [batch, heads, frames, positions])
-    return shifted[:, :, :, :frames if keys is None else keys]
+    # Row by row, [1 + positions] values a query; dropping the first `frames` of them all
+    # (one padded row of the [positions + 1, frames] view) shifts each row one further left.
+    flat = tf.reshape(padded, [batch, heads, (positions + 1) * frames])
+    flat = tf.slice(flat, [0, 0, frames], [-1, -1, positions * frames])
+    shifted = tf.reshape(flat, [batch, heads, frames, positions])
+    return tf.slice(shifted, [0, 0, 0, 0], [-1, -1, -1, frames if keys is None else keys])
 
 
 def relative_positions(frames: int | tf.Tensor, d_model: int,
@@ -110,7 +120,7 @@ class Subsampling(Layer):
         self.conv1 = keras.layers.Conv2D(c, k, s, padding="valid", name="conv1")
         self.conv2 = keras.layers.Conv2D(c, k, s, padding="valid", name="conv2")
         self.project = keras.layers.Dense(config.d_model, name="project")
-        self.dropout = keras.layers.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def call(self, features: tf.Tensor, valid: tf.Tensor,
              training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
@@ -136,7 +146,7 @@ class FeedForward(Layer):
         self.norm = keras.layers.LayerNormalization(epsilon=NORM_EPSILON, name="norm")
         self.expand = keras.layers.Dense(config.ff_multiplier * config.d_model, name="expand")
         self.contract = keras.layers.Dense(config.d_model, name="contract")
-        self.dropout = keras.layers.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         x = self.dropout(swish(self.expand(self.norm(x))), training=training)
@@ -160,8 +170,8 @@ class RelativeSelfAttention(Layer):
         self.value = keras.layers.Dense(d_model, name="value")
         self.position = keras.layers.Dense(d_model, use_bias=False, name="position")
         self.output_dense = keras.layers.Dense(d_model, name="output")
-        self.attention_dropout = keras.layers.Dropout(config.attention_dropout)
-        self.dropout = keras.layers.Dropout(config.dropout)
+        self.attention_dropout = Dropout(config.attention_dropout)
+        self.dropout = Dropout(config.dropout)
 
     def build(self, input_shape: Any) -> None:
         init = keras.initializers.GlorotUniform()
@@ -227,7 +237,7 @@ class Convolution(Layer):
                                                       name="depthwise")
         self.conv_norm = keras.layers.LayerNormalization(epsilon=NORM_EPSILON, name="conv_norm")
         self.pointwise2 = keras.layers.Dense(d_model, name="pointwise2")
-        self.dropout = keras.layers.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def call(self, x: tf.Tensor, valid: tf.Tensor, training: bool = False,
              cache: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:

@@ -156,6 +156,7 @@ def build_ds2(config: DS2Config, num_features: int, num_classes: int) -> Acousti
     import keras
     import tensorflow as tf
 
+    from asrkit.models.dropout import Dropout
     from asrkit.models.layers import (
         HoistedBiGRU,
         HoistedGRU,
@@ -188,7 +189,7 @@ def build_ds2(config: DS2Config, num_features: int, num_classes: int) -> Acousti
                                           name=f"bigru{i}") for i in range(config.rnn_layers)]
             for i, rnn in enumerate(self.rnns):  # attributes, so checkpoints track them
                 setattr(self, f"rnn{i}", rnn)
-            self.dropout = keras.layers.Dropout(config.dropout)
+            self.dropout = Dropout(config.dropout)
             if streaming and config.lookahead:
                 self.lookahead = LookaheadConv(config.lookahead, name="lookahead")
             self.logits = keras.layers.Dense(num_classes, name="logits")

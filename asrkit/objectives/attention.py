@@ -114,6 +114,8 @@ def build_head(config: AttentionConfig, encoder_width: int, num_classes: int) ->
     import keras
     import tensorflow as tf
 
+    from asrkit.models.dropout import Dropout
+
     class Block(keras.layers.Layer):
         """One pre-LayerNorm Transformer decoder block: masked self-attention over the labels,
         cross-attention over the encoder frames, a feed-forward layer, each a residual."""
@@ -130,7 +132,7 @@ def build_head(config: AttentionConfig, encoder_width: int, num_classes: int) ->
             self.ff_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="ff_norm")
             self.ff_in = keras.layers.Dense(config.ff_dim, activation="relu", name="ff_in")
             self.ff_out = keras.layers.Dense(config.d_model, name="ff_out")
-            self.dropout = keras.layers.Dropout(config.dropout)
+            self.dropout = Dropout(config.dropout)
 
         def call(self, x: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor,
                  training: bool = False) -> tf.Tensor:
@@ -173,7 +175,7 @@ def build_head(config: AttentionConfig, encoder_width: int, num_classes: int) ->
             self.encoder_width = encoder_width
             if self.has_ctc:
                 self.ctc_output = keras.layers.Dense(num_classes, name="ctc_output")
-            self.dropout = keras.layers.Dropout(config.dropout)
+            self.dropout = Dropout(config.dropout)
             self.output_layer = keras.layers.Dense(num_classes, name="output")
             if config.decoder == "transformer":
                 self.embedding = keras.layers.Embedding(num_classes, config.d_model,

@@ -87,6 +87,8 @@ def build_head(config: TransducerConfig, encoder_width: int, num_classes: int) -
     import keras
     import tensorflow as tf
 
+    from asrkit.models.dropout import Dropout
+
     class Head(keras.Model):
         """The prediction and joint networks of a transducer.
 
@@ -122,7 +124,7 @@ def build_head(config: TransducerConfig, encoder_width: int, num_classes: int) -
                 self.state_size = config.context_size
             if config.ctc_weight:
                 self.ctc_output = keras.layers.Dense(num_classes, name="ctc_output")
-            self.dropout = keras.layers.Dropout(config.dropout)
+            self.dropout = Dropout(config.dropout)
             self.prediction = keras.layers.Dense(config.joint_dim, name="prediction")
             self.output_layer = keras.layers.Dense(num_classes, name="output")
 
