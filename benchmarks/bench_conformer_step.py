@@ -25,16 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import asrkit  # noqa: E402, F401  (sets TensorFlow's environment defaults before it loads)
+from bench_train import median_seconds  # noqa: E402  (imports asrkit before TensorFlow)
 
 
 def strided_rel_shift(scores, keys=None):
@@ -54,19 +52,6 @@ def keras_dropout(inputs, rate, seed):
     import tensorflow as tf
 
     return tf.nn.experimental.stateless_dropout(inputs, rate=rate, seed=seed)
-
-
-def median_seconds(functions: dict, rounds: int) -> dict[str, float]:
-    """Median seconds of each zero-argument function (each called once first), interleaved."""
-    for function in functions.values():
-        function()
-    times: dict[str, list[float]] = {name: [] for name in functions}
-    for _ in range(rounds):
-        for name, function in functions.items():
-            start = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def with_gradient(function, inputs, *args):

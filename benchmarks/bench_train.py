@@ -170,14 +170,22 @@ def preset_sizes(spec, preset: str = "cpu"):
     return config
 
 
+def median_seconds(functions: dict, rounds: int) -> dict[str, float]:
+    """Median seconds of each zero-argument function, each called once first (to compile),
+    then called in turn, round after round, so that a machine's drift falls on each alike."""
+    for function in functions.values():
+        function()
+    times: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(rounds):
+        for name, function in functions.items():
+            start = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def measure(step, steps: int) -> float:
-    step()  # compile
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds({"step": step}, steps)["step"]
 
 
 def main() -> None:
