@@ -76,10 +76,12 @@ def parts(args, config, dtype) -> dict[str, dict[str, float]]:
     """Seconds of each part alone, forward and gradient, baseline and asrkit's."""
     import tensorflow as tf
 
+    from asrkit import plugins
     from asrkit.models.conformer_layers import rel_shift
     from asrkit.models.dropout import byte_dropout
 
-    frames = int(args.seconds * 100) // 4  # after the subsampling
+    # The blocks' frames: the features' after the subsampling.
+    frames = int(args.seconds * 100) // plugins.get("model", "conformer").time_stride(config)
     hidden = tf.cast(tf.random.normal([args.batch, frames, config.d_model * config.ff_multiplier]),
                      dtype)
     scores = tf.cast(tf.random.normal([args.batch, config.num_heads, frames, 2 * frames - 1]),

@@ -46,10 +46,10 @@ def rel_shift(scores: tf.Tensor, keys: int | tf.Tensor | None = None) -> tf.Tens
     left than the one above, and a slice; no gather, so it converts to TFLite built-ins.
 
     The slices are ``tf.slice``, not indexing: indexing is a strided slice, whose gradient
-    (``StridedSliceGrad``) took 12-14 ms for the scores of 16 utterances of 4 s on the 2-core
-    CPU, where ``tf.slice``'s (a pad) takes 1.4-2.2 ms, forward pass included; with four
-    blocks that was a tenth of the ``conformer``'s training step
-    (``benchmarks/bench_train.py --model conformer``)."""
+    (``StridedSliceGrad``) took 18 ms for the scores of 16 utterances of 4 s on the 2-core
+    CPU, where ``tf.slice``'s (a pad) takes 2 ms, forward pass included; with four blocks
+    that was a tenth of the ``conformer``'s training step
+    (``benchmarks/bench_conformer_step.py`` measures both)."""
     shape = tf.shape(scores)
     batch, heads, frames, positions = shape[0], shape[1], shape[2], shape[3]
     padded = tf.pad(scores, [[0, 0], [0, 0], [0, 0], [1, 0]])

@@ -29,16 +29,21 @@ DECISIONS_PER_DRAW = 4
 LEVELS = 256
 
 
+def _threshold(rate: float) -> int:
+    """The byte values below which an element is dropped."""
+    return round(rate * LEVELS)
+
+
 def effective_rate(rate: float) -> float:
     """The share of elements :class:`Dropout` drops for ``rate``: ``rate`` to 1/256."""
-    return round(rate * LEVELS) / LEVELS
+    return _threshold(rate) / LEVELS
 
 
 def byte_dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
     """``inputs`` with each element zeroed with probability :func:`effective_rate` ``(rate)``
     and the others scaled to keep the expected value; the same ``seed`` ([2] integers) gives
     the same mask."""
-    threshold = round(rate * LEVELS)
+    threshold = _threshold(rate)
     if threshold == 0:
         return inputs
     if threshold >= LEVELS:
