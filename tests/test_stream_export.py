@@ -71,7 +71,9 @@ def test_the_documented_client_loop_runs_as_written(exports: dict[str, Path], fm
     assert result.returncode == 0, result.stderr[-3000:]
     audio = load_audio(sample_clip()).astype(np.float32) / 32768
     expected = ExportedModel(exports[fmt]).transcribe(audio)
-    assert expected and result.stdout.strip() == expected
+    # print() ends the line and an untrained model's transcript may start with a space, so
+    # the text is compared without the whitespace at its ends.
+    assert expected.strip() and result.stdout.strip() == expected.strip()
 
 
 def test_exports_refuse_a_chunk_of_a_run_that_does_not_stream(tiny_run: Path,
