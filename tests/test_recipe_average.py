@@ -94,7 +94,7 @@ def test_without_an_averaged_checkpoint_the_error_says_how_to_make_one(home, asr
 
 @pytest.mark.parametrize(("settings", "decoder"), [
     (["objective=transducer", "objective.pred_dim=16", "objective.joint_dim=16"],
-     "transducer-greedy"),
+     "transducer-beam"),
     (["objective=attention", "objective.d_model=16", "objective.heads=2", "objective.layers=1",
       "objective.ff_dim=32"], "attention-beam")], ids=["transducer", "attention"])
 def test_a_runs_average_holds_the_mean_of_its_objectives_head_too(home, asrkit_cli, tmp_path,

@@ -188,7 +188,7 @@ def test_decoders_that_cannot_read_the_objectives_outputs_are_refused_before_any
                                           r"of beam, greedy"):
         build_run_config({}, parse_overrides(["decoder=transducer-greedy"]))
     config, _ = build_run_config({}, parse_overrides(["objective=transducer"]))
-    assert config.train.decoder == "transducer-greedy"
+    assert config.train.decoder == "transducer-beam"
     run = Run(tmp_path, RunConfig(TrainConfig(objective="transducerish"), BRNNConfig(),
                                   MFCCConfig(), PipelineConfig()), Alphabet())
     with pytest.raises(AsrkitError, match="the beam decoder reads ctc-logits, not the "

@@ -248,11 +248,13 @@ def test_a_conformer_transducer_trains_evaluates_and_transcribes(cli, tmp_path):
     assert trained.exit_code == 0, trained.stderr[-3000:]
     config = json.loads((run / "config.json").read_text())
     assert config["train"]["objective"] == "transducer"
-    assert config["train"]["decoder"] == "transducer-greedy"
+    # The beam search decodes the run; its dev evaluations are greedy (the presets').
+    assert config["train"]["decoder"] == "transducer-beam"
+    assert config["train"]["dev_decoder"] == "transducer-greedy"
     # The tiny preset's networks (the objective's preset), and the user's setting over them.
     assert config["objective"]["joint_dim"] == 16 and config["objective"]["pred_dim"] == 16
     assert config["objective"]["predictor"] == "stateless"
-    assert "transducer-greedy decoder" in (run / "report.txt").read_text()
+    assert "transducer-beam decoder" in (run / "report.txt").read_text()
 
     for decoder in ("transducer-greedy", "transducer-beam"):
         evaluated = cli(["evaluate", run, "--split", "dev", "--decoder", decoder, "--json", "-",
@@ -275,15 +277,19 @@ def test_a_conformer_transducer_trains_evaluates_and_transcribes(cli, tmp_path):
     clip = SPEECH / "ldc93s1" / "LDC93S1.wav"
     transcribed = cli(["transcribe", clip, "--model", run, "--json"])
     assert transcribed.exit_code == 0, transcribed.stderr[-3000:]
-    assert json.loads(transcribed.stdout)["decoder"] == "transducer-greedy"
+    assert json.loads(transcribed.stdout)["decoder"] == "transducer-beam"
+    greedily = cli(["transcribe", clip, "--model", run, "--decoder", "transducer-greedy",
+                    "--json"])
+    assert greedily.exit_code == 0, greedily.stderr[-3000:]
 
-    # The stateless prediction network's exports transcribe as the run does.
+    # The stateless prediction network's exports transcribe as the run's greedy search does
+    # (the search they hold).
     for fmt in ("savedmodel", "tflite"):
         exported = cli(["export", run, "--format", fmt, "--output", tmp_path / fmt])
         assert exported.exit_code == 0, exported.stderr[-3000:]
         from_export = cli(["transcribe", clip, "--model", tmp_path / fmt, "--json"])
         assert from_export.exit_code == 0, from_export.stderr[-3000:]
-        assert json.loads(from_export.stdout)["words"] == json.loads(transcribed.stdout)["words"]
+        assert json.loads(from_export.stdout)["words"] == json.loads(greedily.stdout)["words"]
 
     for args, message in (
             (["evaluate", run, "--split", "dev", "--decoder", "greedy"],

@@ -213,10 +213,14 @@ def test_a_savedmodel_says_it_is_a_transducer_without_its_metadata(exports, tmp_
         assert got.tolist() == expected.tolist()
 
 
-def test_transcribing_with_the_export_is_transcribing_with_the_run(cli, run, exports):
+def test_transcribing_with_the_export_is_transcribing_with_the_runs_greedy_search(cli, run,
+                                                                                exports):
+    """An export holds the greedy search: it transcribes as the run does with
+    ``transducer-greedy`` (the run's own decoder is the beam search)."""
     outputs = []
-    for model in (run, exports["savedmodel"], exports["tflite"]):
-        result = cli(["transcribe", CLIP, "--model", model, "--json"])
+    for model, decoder in ((run, ["--decoder", "transducer-greedy"]),
+                           (exports["savedmodel"], []), (exports["tflite"], [])):
+        result = cli(["transcribe", CLIP, "--model", model, "--json", *decoder])
         assert result.exit_code == 0, result.stderr[-2000:]
         outputs.append(json.loads(result.stdout))
     assert outputs[0]["text"] and outputs[0]["words"]
