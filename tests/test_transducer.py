@@ -251,6 +251,9 @@ def test_a_conformer_transducer_trains_evaluates_and_transcribes(cli, tmp_path):
     # The beam search decodes the run; its dev evaluations are greedy (the presets').
     assert config["train"]["decoder"] == "transducer-beam"
     assert config["train"]["dev_decoder"] == "transducer-greedy"
+    evaluations = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+                   if '"event": "evaluation"' in line]
+    assert evaluations and {e["decoder"] for e in evaluations} == {"transducer-greedy"}
     # The tiny preset's networks (the objective's preset), and the user's setting over them.
     assert config["objective"]["joint_dim"] == 16 and config["objective"]["pred_dim"] == 16
     assert config["objective"]["predictor"] == "stateless"
