@@ -49,7 +49,12 @@ from asrkit.core.rnnt import (
     rnnt_loss_from_gathered,
 )
 from asrkit.core.settings import setting
-from asrkit.decoders.transducer import TRANSDUCER_OUTPUTS, TransducerOutputs
+from asrkit.decoders.transducer import (
+    TRANSDUCER_OUTPUTS,
+    TransducerBeamDecoder,
+    TransducerGreedyDecoder,
+    TransducerOutputs,
+)
 from asrkit.types import Objective
 
 if TYPE_CHECKING:
@@ -226,8 +231,8 @@ class TransducerObjective(Objective):
                    "the exact RNN-T loss; streams.")
     Config = TransducerConfig
     outputs = TRANSDUCER_OUTPUTS
-    default_decoder = "transducer-beam"
-    greedy_decoder = "transducer-greedy"
+    default_decoder = TransducerBeamDecoder.name
+    greedy_decoder = TransducerGreedyDecoder.name
     #: The prediction and joint networks' sizes where each model preset applies: ``full`` is
     #: the Conformer-Transducer small configuration's (320 units, one LSTM layer). ``cpu``
     #: also moves each utterance's formants by a ratio of 0.9-1.1 with its pitch kept (the same
@@ -237,12 +242,14 @@ class TransducerObjective(Objective):
     #: pitch shifts and VTLP on every test set (docs/benchmarks.md). Every preset scores the dev
     #: evaluations during training with the greedy search (the module's docstring says why).
     presets: ClassVar[dict[str, dict[str, str]]] = {
-        "full": {"objective.pred_dim": "320", "objective.joint_dim": "320",
-                 "train.dev_decoder": "transducer-greedy"},
-        "cpu": {"objective.pred_dim": "128", "objective.joint_dim": "128",
-                "pipeline.formant_ratio": "0.9,1.1", "train.dev_decoder": "transducer-greedy"},
-        "tiny": {"objective.pred_dim": "16", "objective.joint_dim": "16",
-                 "objective.frames_per_chunk": "8", "train.dev_decoder": "transducer-greedy"},
+        name: {**sizes, "train.dev_decoder": TransducerGreedyDecoder.name}
+        for name, sizes in {
+            "full": {"objective.pred_dim": "320", "objective.joint_dim": "320"},
+            "cpu": {"objective.pred_dim": "128", "objective.joint_dim": "128",
+                    "pipeline.formant_ratio": "0.9,1.1"},
+            "tiny": {"objective.pred_dim": "16", "objective.joint_dim": "16",
+                     "objective.frames_per_chunk": "8"},
+        }.items()
     }
 
     def encoder_width(self, config: TransducerConfig, labels: Labels) -> int:
