@@ -16,7 +16,22 @@ def home(datasets, monkeypatch):
     return datasets
 
 
-def test_the_average_after_n_updates_is_the_closed_form_of_the_trajectory():
+def test_the_decay_warms_up_to_the_one_set():
+    import keras
+    import tensorflow as tf
+
+    from asrkit.train.ema import WeightAverage
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    average = WeightAverage(tf.distribute.get_strategy(), model, 0.999)
+    assert average.decay_after(1) == pytest.approx(2 / 11)  # the first steps: the raw weights
+    assert average.decay_after(1000) == pytest.approx(1001 / 1010)
+    assert average.decay_after(8991) == pytest.approx(0.999)
+    assert average.decay_after(20000) == 0.999
+
+
+@pytest.mark.parametrize("decay", [0.2, 0.8])  # the set decay, and the warm-up below it
+def test_the_average_after_n_updates_follows_the_trajectory(decay):
     import keras
     import tensorflow as tf
 
@@ -25,21 +40,24 @@ def test_the_average_after_n_updates_is_the_closed_form_of_the_trajectory():
     keras.utils.set_random_seed(3)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
     optimizer = keras.optimizers.SGD(learning_rate=0.1)
-    decay, updates = 0.8, 6
+    updates = 6
     average = WeightAverage(tf.distribute.get_strategy(), model, decay)
     average.reset()
     data = np.random.default_rng(0).normal(size=(updates, 8, 4)).astype(np.float32)
     trajectory = [[w.numpy() for w in model.trainable_variables]]
-    for batch in data:
+    for n, batch in enumerate(data, start=1):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(model(batch) - 1.0))
         variables = model.trainable_variables
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
-        average.update()
+        average.update(n)
         trajectory.append([w.numpy() for w in model.trainable_variables])
+    decays = [min(decay, (1 + n) / (10 + n)) for n in range(1, updates + 1)]
     for i, shadow in enumerate(average.shadow):
-        expected = decay ** updates * trajectory[0][i] + (1 - decay) * sum(
-            decay ** (updates - k) * trajectory[k][i] for k in range(1, updates + 1))
+        # Weight k's share: (1 - d_k) times every later update's decay; w_0's: every decay.
+        expected = np.prod(decays) * trajectory[0][i] + sum(
+            (1 - decays[k - 1]) * np.prod(decays[k:]) * trajectory[k][i]
+            for k in range(1, updates + 1))
         np.testing.assert_allclose(shadow.numpy(), expected, rtol=1e-5, atol=1e-6)
     raw = [w.numpy() for w in model.trainable_variables]
     with average.applied():  # evaluation sees the average, training keeps its own weights

@@ -2,11 +2,16 @@
 
 With ``ema_decay = d`` > 0, shadow weights follow the trainable weights after every update::
 
-    shadow <- d * shadow + (1 - d) * weights
+    shadow <- d_n * shadow + (1 - d_n) * weights,    d_n = min(d, (1 + n) / (10 + n))
 
-starting from the weights the run starts with, so after N updates the shadow is
-``d**N * w_0 + (1 - d) * sum(d**(N - k) * w_k for k in 1..N)``. Only the raw weights train; the
-shadow is what dev evaluations score, what the best checkpoint is chosen by, and what
+starting from the weights the run starts with, ``n`` counting the updates since (1, 2, ...). The
+warm-up ``(1 + n) / (10 + n)`` is that of TensorFlow's ``ExponentialMovingAverage`` with
+``num_updates``. Without it, the shadow of a run's first thousand steps at ``d = 0.999`` still
+held a third of the random initial weights: a dev CER of 97 % at step 1,027, where a run of the
+same seed without the average scored 39 % at step 1,098. With it, the average spans about the
+last tenth of the updates until ``n`` reaches ``(10 d - 1) / (1 - d)`` (8,991 at 0.999), then
+about ``1 / (1 - d)`` of them. Only the raw weights train; the shadow is what dev evaluations
+score, what the best checkpoint is chosen by, and what
 ``asrkit evaluate``, ``transcribe`` and ``export`` load (:func:`load_averaged`). Non-trainable
 weights (batch-norm statistics) are moving averages already and are used as they are.
 
@@ -55,15 +60,23 @@ class WeightAverage:
         self.shadow = self.trackable.weights
 
         @tf.function
-        def update() -> None:
+        def update(rate: tf.Tensor) -> None:
             for shadow, weight in zip(self.shadow, self.variables, strict=True):
-                shadow.assign(decay * shadow + (1.0 - decay) * weight.value)
+                shadow.assign(rate * shadow + (1.0 - rate) * weight.value)
 
         self._update = update
 
-    def update(self) -> None:
-        """One more update of the weights: move the shadow towards them."""
-        self._update()
+    def decay_after(self, updates: int) -> float:
+        """The decay of the ``updates``-th update since the average started (1 for the
+        first): the warm-up's ``(1 + n) / (10 + n)`` until it reaches ``decay``."""
+        return min(self.decay, (1.0 + updates) / (10.0 + updates))
+
+    def update(self, updates: int) -> None:
+        """The ``updates``-th update of the weights since the average started: move the
+        shadow towards them."""
+        import tensorflow as tf
+
+        self._update(tf.constant(self.decay_after(updates), tf.float32))
 
     def reset(self) -> None:
         """Start the average at the current weights."""

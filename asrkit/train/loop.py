@@ -234,7 +234,7 @@ class StepLoop:
         """The weights were updated (a step, or ``accumulate_steps`` micro-batches): count it,
         and move their moving average."""
         state.global_step += 1
-        self.trained.updated()
+        self.trained.updated(state.global_step - state.ema_from_step)
 
     def _log_step(self, state: LoopState, loss: float, lr: float) -> None:
         self.records.metrics({

@@ -163,10 +163,11 @@ class TrainedModel:
             self.optimizer.inner_optimizer.learning_rate.assign(lr)
             self.applied_lr = lr
 
-    def updated(self) -> None:
-        """The weights were updated: move their moving average."""
+    def updated(self, updates: int) -> None:
+        """The weights were updated, the ``updates``-th time since the moving average started:
+        move the average."""
         if self.ema:
-            self.ema.update()
+            self.ema.update(updates)
 
     def averaged(self) -> contextlib.AbstractContextManager[None]:
         """The weights that are scored and exported inside: the moving average when kept."""
