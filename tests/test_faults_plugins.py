@@ -88,9 +88,9 @@ def boom():
 
 @click.command("boom-wait")
 def boom_wait():
-    '''Wait to be interrupted.'''
+    '''Wait to be interrupted (longer than the test waits, so a lost Ctrl-C cannot pass).'''
     click.echo("waiting", err=True)
-    time.sleep(60)
+    time.sleep(600)
 
 
 @hookimpl
@@ -293,6 +293,7 @@ def test_ctrl_c_is_one_line(boom):
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
     env["PYTHONPATH"] = str(boom)
+    env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT prints every thread's stack, should it hang
     process = subprocess.Popen([sys.executable, "-m", "asrkit", "boom-wait"], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
@@ -302,7 +303,12 @@ def test_ctrl_c_is_one_line(boom):
         before.append(line)
     time.sleep(0.2)
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=30)
+    try:  # a busy machine may take a while to run the handler; a lost Ctrl-C waits 600 s
+        _, err = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        _, err = process.communicate(timeout=60)
+        pytest.fail("still running 120 s after Ctrl-C; where it was:\n" + err[-6000:])
     assert process.returncode == 130, before + lines(err)
     assert lines(err) == ["asrkit: interrupted"]
 
