@@ -4,6 +4,7 @@ corpus_server) come from asrkit's own pytest plugin."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,15 @@ SPEECH = FIXTURES / "speech"
 #: Put on a started process's PYTHONPATH, it turns ASRKIT_TEST_* variables into faults
 #: (tests/faults/sitecustomize.py).
 FAULTS = Path(__file__).resolve().parent / "faults"
+
+
+def as_from_a_terminal() -> None:
+    """``preexec_fn`` for a test that Ctrl-Cs its child: SIGINT handled by default and not
+    blocked in the child, as in a shell's foreground job. A test runner's worker may have
+    either changed, and a child inherits both (Python then installs no Ctrl-C handler, and the
+    signal never reaches asrkit)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def run_asrkit(*args: str, pythonpath: Path | None = None, env: dict | None = None,

@@ -21,7 +21,7 @@ import pytest
 from asrkit.config.pipeline import PipelineConfig
 from asrkit.core.text import Alphabet
 from asrkit.pipeline.batches import make_dataset
-from tests.conftest import TINY, run_asrkit
+from tests.conftest import TINY, as_from_a_terminal, run_asrkit
 
 #: Small batches of the whole `sample` train split, without evaluations.
 TRAIN = ["train", "--no-progress", "--precision", "float32", *TINY, "-o", "evaluate_dev=false",
@@ -47,7 +47,8 @@ class Server:
     def __init__(self, *args: str | int) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "asrkit", "data-service", *map(str, args)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment())
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(),
+            preexec_fn=as_from_a_terminal)
         ready, _, _ = select.select([self.process.stdout], [], [], 180)
         self.line = self.process.stdout.readline() if ready else ""
         assert self.line.startswith("asrkit: tf.data service"), (

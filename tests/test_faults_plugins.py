@@ -5,6 +5,7 @@ one line naming them. Each fault is produced by a real distribution installed wi
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 from asrkit import hookimpl
 from asrkit.types import Importer
-from tests.conftest import ROOT, make_distribution, pip_install, run_asrkit
+from tests.conftest import ROOT, as_from_a_terminal, make_distribution, pip_install, run_asrkit
 from tests.toy_importer import registered_twice
 
 # A distribution whose name sorts before "asrkit", registering asrkit's own names.
@@ -64,7 +65,6 @@ def listing():
 
 BOOM_PLUGIN = """
 import time
-from pathlib import Path
 
 import click
 from asrkit import hookimpl
@@ -289,18 +289,8 @@ def test_verbose_shows_the_traceback(boom, how):
     assert lines(result.stderr)[-1] == PLUGIN_LINE + "KeyError: 'missing'"
 
 
-def as_from_a_terminal() -> None:
-    """In the child before it starts: SIGINT handled by default and not blocked, as in a shell's
-    foreground job. A test runner's worker process may have either changed (its child would then
-    inherit a SIGINT ignored or blocked, and a Ctrl-C would never reach asrkit)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def test_ctrl_c_is_one_line(boom):
     """A real SIGINT while a plugin's command runs."""
-    import os
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
     env["PYTHONPATH"] = str(boom)
     env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT prints every thread's stack, should it hang

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT, TINY, as_from_a_terminal
 
 
 @pytest.fixture
@@ -68,7 +68,8 @@ def test_ctrl_c_saves_scores_and_resumes(home, tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "asrkit", "train", "--epochs", "1000", "--batch-size", "4", *TINY,
          "-o", "log_every=1", "--run-dir", str(run), "--no-progress"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_from_a_terminal)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not (
