@@ -50,6 +50,8 @@ against subwords at equal training time. ``--train-voices N`` speaks each traini
 voices (``open_vocab.py``): more training speech from the same text, the held-out sets unchanged.
 ``--second-engine`` also speaks each training sentence by festival (needs ``festival`` and
 ``festvox-kdlpc16k``), so the model trains on two synthesisers and flite is a third.
+``--third-engine`` also speaks each by one of MBROLA's English voices (``mbrola-us1``, ``-us2``,
+``-us3`` and ``-en1``), driven by espeak-ng.
 """
 
 from __future__ import annotations
@@ -239,6 +241,8 @@ def main() -> None:
                         help="voices each training sentence is spoken in")
     parser.add_argument("--second-engine", action="store_true",
                         help="also speak each training sentence by festival (open_vocab.py)")
+    parser.add_argument("--third-engine", action="store_true",
+                        help="also speak each training sentence by an MBROLA voice")
     parser.add_argument("--work", type=Path, default=Path("bench-work"))
     parser.add_argument("--beam", action="store_true",
                         help="also score with the beam search of each run's objective")
@@ -264,7 +268,7 @@ def main() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     started = time.monotonic()
     build(args.work / "openvocab", train=args.train, train_voices=args.train_voices,
-          second_engine=args.second_engine)
+          second_engine=args.second_engine, third_engine=args.third_engine)
     asrkit("import", "folder", str(args.work / "openvocab"), "--name", "openvocab",
            "--no-progress")
     print(f"corpus ready in {time.monotonic() - started:.0f} s", flush=True)

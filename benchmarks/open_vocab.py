@@ -21,6 +21,11 @@ held-out speech:
   two synthesisers' versions of every phone, and flite stays a third one it never heard:
   festival's other English voices (kal, slt) are flite test speakers, so they are never used.
   Like ``--train-voices``, these utterances come last and change nothing else.
+- **a third training engine**: ``--third-engine`` also speaks each training sentence once by one
+  of MBROLA's English diphone voices (``us1`` a US woman, ``us2`` and ``us3`` US men, ``en1`` a
+  British man: diphones cut from recordings of four more people), which espeak-ng drives (its
+  text-to-phoneme rules and prosody, MBROLA's waveforms), at a random speed, pitch and
+  vocal-tract scale. These come after the festival ones and change nothing else either.
 - **more speech, same text**: ``--train-voices N`` speaks each training sentence N times, each
   time in its own voice, speed and pitch. The text holds only about 5,000 training sentences
   free of held-out words, so this is how the corpus grows; the extra utterances are drawn from
@@ -29,11 +34,12 @@ held-out speech:
 
 The result is a folder with one ``listing.tsv`` (file, transcript, split, speaker) that
 ``asrkit import folder`` reads as it is. Building needs ``espeak-ng``, ``flite`` and ``fortunes``
-(Debian packages; ``scripts/setup.sh`` installs them), and ``--second-engine`` festival with
-``festvox-kdlpc16k``.
+(Debian packages; ``scripts/setup.sh`` installs them), ``--second-engine`` festival with
+``festvox-kdlpc16k``, and ``--third-engine`` ``mbrola-us1``, ``mbrola-us2``, ``mbrola-us3`` and
+``mbrola-en1`` (Debian's non-free section).
 
     python benchmarks/open_vocab.py OUT [--train 2000] [--test 150] [--dev 100] [--train-voices 1]
-        [--second-engine]
+        [--second-engine] [--third-engine]
 """
 
 from __future__ import annotations
@@ -74,6 +80,10 @@ FESTIVAL_VOICE = "ked_diphone"
 FESTIVAL_F0 = (85, 230)
 FESTIVAL_STRETCH = (85, 130)
 FESTIVAL_SCALE = (0.95, 1.25)
+#: espeak-ng's MBROLA voices for ``--third-engine``, and their vocal-tract scale: ``us1`` is a
+#: woman, so the range also lowers formants a little, not only raises them.
+MBROLA_VOICES = ("mb-us1", "mb-us2", "mb-us3", "mb-en1")
+MBROLA_SCALE = (0.9, 1.2)
 
 
 @dataclass
@@ -127,10 +137,11 @@ def normalise_sentences(text: str) -> Iterator[str]:
 
 
 def plan_corpus(sentences: Iterable[str], train: int, dev: int, test: int, seed: int,
-                train_voices: int = 1, second_engine: bool = False) -> Plan:
+                train_voices: int = 1, second_engine: bool = False,
+                third_engine: bool = False) -> Plan:
     """Split sentences into train/dev/test with held-out words, and assign voices (each
-    training sentence ``train_voices`` of them, and one festival voice with
-    ``second_engine``)."""
+    training sentence ``train_voices`` of them, one festival voice with ``second_engine`` and
+    one MBROLA voice with ``third_engine``)."""
     rng = random.Random(seed)
     pool = sorted(set(sentences))
     rng.shuffle(pool)
@@ -168,6 +179,12 @@ def plan_corpus(sentences: Iterable[str], train: int, dev: int, test: int, seed:
         plan.utterances += [Utterance("train", s, f"festival:{FESTIVAL_VOICE}",
                                       other.randint(*FESTIVAL_STRETCH), other.randint(*FESTIVAL_F0),
                                       scale=round(scales.uniform(*FESTIVAL_SCALE), 3))
+                            for s in trains]
+    if third_engine:
+        mbrola = random.Random(f"{seed}-mbrola")
+        plan.utterances += [Utterance("train", s, mbrola.choice(MBROLA_VOICES),
+                                      mbrola.randint(*SPEEDS), mbrola.randint(*PITCHES),
+                                      scale=round(mbrola.uniform(*MBROLA_SCALE), 3))
                             for s in trains]
     for number, utterance in enumerate(plan.utterances):
         utterance.file = f"{utterance.split}/{number:05d}.wav"
@@ -238,9 +255,11 @@ def trimmed_16k(path: Path, folder: Path) -> np.ndarray:
 
 
 def build(folder: Path, train: int = 2000, dev: int = 100, test: int = 150, seed: int = 1,
-          jobs: int = 2, train_voices: int = 1, second_engine: bool = False) -> Plan:
+          jobs: int = 2, train_voices: int = 1, second_engine: bool = False,
+          third_engine: bool = False) -> Plan:
     """Write the corpus (resumable: finished files are kept) and its ``listing.tsv``."""
-    plan = plan_corpus(fortune_sentences(), train, dev, test, seed, train_voices, second_engine)
+    plan = plan_corpus(fortune_sentences(), train, dev, test, seed, train_voices, second_engine,
+                       third_engine)
     folder.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(plan.utterances), unit="utt",
                                                  desc="synthesise") as bar:
@@ -285,9 +304,11 @@ def main() -> None:
                         help="voices each training sentence is spoken in")
     parser.add_argument("--second-engine", action="store_true",
                         help="also speak each training sentence by festival")
+    parser.add_argument("--third-engine", action="store_true",
+                        help="also speak each training sentence by an MBROLA voice")
     args = parser.parse_args()
     plan = build(args.out, args.train, args.dev, args.test, args.seed, args.jobs,
-                 args.train_voices, args.second_engine)
+                 args.train_voices, args.second_engine, args.third_engine)
     shares = sorted(plan.unseen_share.values())
     print(f"{len(plan.utterances)} utterances in {args.out}; test sentences have "
           f"{shares[0]:.0%}-{shares[-1]:.0%} of their words unseen in training "

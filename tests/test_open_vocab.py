@@ -85,6 +85,25 @@ def test_a_second_engine_adds_festival_speech_and_changes_nothing_else():
     assert not any(f in open_vocab.FESTIVAL_VOICE for f in ("kal", "slt", "awb", "rms"))
 
 
+@needs_tools
+def test_a_third_engine_adds_mbrola_speech_after_the_festival_speech():
+    sentences = open_vocab.fortune_sentences()
+    two = open_vocab.plan_corpus(sentences, train=300, dev=20, test=30, seed=3, second_engine=True)
+    three = open_vocab.plan_corpus(sentences, train=300, dev=20, test=30, seed=3,
+                                   second_engine=True, third_engine=True)
+    assert three.utterances[:len(two.utterances)] == two.utterances
+    extra = three.utterances[len(two.utterances):]
+    trains = [u for u in two.utterances if u.split == "train"][:300]
+    assert [u.text for u in extra] == [u.text for u in trains]
+    assert {u.split for u in extra} == {"train"}
+    assert {u.voice for u in extra} == set(open_vocab.MBROLA_VOICES)
+    scales = sorted(u.scale for u in extra)
+    low, high = open_vocab.MBROLA_SCALE
+    assert low <= scales[0] < 0.95 and 1.15 < scales[-1] <= high
+    assert len({(u.voice, u.speed, u.pitch) for u in extra}) > 0.9 * len(extra)
+    assert not any(f in v for v in open_vocab.MBROLA_VOICES for f in ("kal", "slt", "awb", "rms"))
+
+
 @pytest.mark.skipif(not shutil.which("festival"), reason="needs festival and festvox-kdlpc16k")
 def test_festival_speaks_at_the_drawn_pitch(tmp_path):
     pitches, lengths, centroids = {}, {}, {}
@@ -108,6 +127,24 @@ def test_festival_speaks_at_the_drawn_pitch(tmp_path):
     with pytest.raises(RuntimeError, match=r"x\.wav \(festival:nobody_diphone\).*nobody_diphone"):
         open_vocab.synthesise(missing, tmp_path)
     assert not (tmp_path / "x.wav").exists()
+
+
+@pytest.mark.skipif(not Path("/usr/share/mbrola/us1").exists(),
+                    reason="needs mbrola and mbrola-us1 (Debian non-free)")
+def test_mbrola_speaks_through_espeak_ng_and_its_scale_shortens_the_vocal_tract(tmp_path):
+    lengths, centroids = {}, {}
+    for scale in (1.0, 1.2):
+        utterance = open_vocab.Utterance("train", "a man is here and a woman", "mb-us1", 160, 50,
+                                         f"{scale}.wav", scale)
+        open_vocab.synthesise(utterance, tmp_path)
+        samples = open_vocab.trimmed_16k(tmp_path / utterance.file, tmp_path)
+        assert np.abs(samples.astype(np.float64)).mean() > 300  # speech, not espeak-ng's silence
+        lengths[scale] = len(samples)
+        power = np.abs(np.fft.rfft(samples.astype(np.float64))) ** 2
+        frequencies = np.fft.rfftfreq(len(samples), 1 / 16000)
+        centroids[scale] = float((frequencies * power).sum() / power.sum())
+    assert 1.1 < centroids[1.2] / centroids[1.0] < 1.35
+    assert abs(lengths[1.2] / lengths[1.0] - 1 / 1.2) < 0.05
 
 
 def median_pitch(samples: np.ndarray, rate: int = 16000) -> float:
