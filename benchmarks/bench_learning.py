@@ -51,7 +51,9 @@ voices (``open_vocab.py``): more training speech from the same text, the held-ou
 ``--second-engine`` also speaks each training sentence by festival (needs ``festival`` and
 ``festvox-kdlpc16k``), so the model trains on two synthesisers and flite is a third.
 ``--third-engine`` also speaks each by one of MBROLA's English voices (``mbrola-us1``, ``-us2``,
-``-us3`` and ``-en1``), driven by espeak-ng.
+``-us3`` and ``-en1``), driven by espeak-ng. Either, added to a ``--work`` folder whose corpus
+was built without it, changes the corpus, and ``asrkit import`` refuses to mix it with the
+earlier import: remove ``WORK/home/datasets/openvocab`` first (the runs keep their scores).
 """
 
 from __future__ import annotations
