@@ -51,9 +51,9 @@ voices (``open_vocab.py``): more training speech from the same text, the held-ou
 ``--second-engine`` also speaks each training sentence by festival (needs ``festival`` and
 ``festvox-kdlpc16k``), so the model trains on two synthesisers and flite is a third.
 ``--third-engine`` also speaks each by one of MBROLA's English voices (``mbrola-us1``, ``-us2``,
-``-us3`` and ``-en1``), driven by espeak-ng. Either, added to a ``--work`` folder whose corpus
-was built without it, changes the corpus, and ``asrkit import`` refuses to mix it with the
-earlier import: remove ``WORK/home/datasets/openvocab`` first (the runs keep their scores).
+``-us3`` and ``-en1``), driven by espeak-ng. A ``--work`` folder is reused: options that change
+the corpus (these, ``--train``, ``--train-voices``) speak again only what changed and import
+the corpus again (``asrkit import --force``); the runs keep their scores.
 """
 
 from __future__ import annotations
@@ -269,10 +269,14 @@ def main() -> None:
     os.environ.setdefault("ASRKIT_HOME", str((args.work / "home").resolve()))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     started = time.monotonic()
+    listing = args.work / "openvocab" / "listing.tsv"
+    before = listing.read_text() if listing.exists() else None
     build(args.work / "openvocab", train=args.train, train_voices=args.train_voices,
           second_engine=args.second_engine, third_engine=args.third_engine)
+    # another corpus than the one imported: asrkit refuses to mix them unless told to redo
+    changed = before is not None and listing.read_text() != before
     asrkit("import", "folder", str(args.work / "openvocab"), "--name", "openvocab",
-           "--no-progress")
+           "--no-progress", *(["--force"] if changed else []))
     print(f"corpus ready in {time.monotonic() - started:.0f} s", flush=True)
     lm = build_lm(args.work, args.lm_dictionary) if args.lm else None
 

@@ -257,10 +257,15 @@ def trimmed_16k(path: Path, folder: Path) -> np.ndarray:
 def build(folder: Path, train: int = 2000, dev: int = 100, test: int = 150, seed: int = 1,
           jobs: int = 2, train_voices: int = 1, second_engine: bool = False,
           third_engine: bool = False) -> Plan:
-    """Write the corpus (resumable: finished files are kept) and its ``listing.tsv``."""
+    """Write the corpus and its ``listing.tsv``. Resumable: a finished file is kept when the
+    plan of the folder's last build had the same utterance under its name; other options
+    number utterances differently, so a file the new plan gives to another utterance is
+    spoken again."""
     plan = plan_corpus(fortune_sentences(), train, dev, test, seed, train_voices, second_engine,
                        third_engine)
     folder.mkdir(parents=True, exist_ok=True)
+    forget_changed_files(folder, plan)
+    write_plan(folder, plan)
     with ThreadPoolExecutor(jobs) as pool, tqdm(total=len(plan.utterances), unit="utt",
                                                  desc="synthesise") as bar:
         for _ in pool.map(lambda u: synthesise(u, folder), plan.utterances):
@@ -269,10 +274,28 @@ def build(folder: Path, train: int = 2000, dev: int = 100, test: int = 150, seed
     rows += [f"{u.file}\t{u.text}\t{u.split}\t{u.voice.replace('+', '_').replace(':', '_')}"
              for u in plan.utterances]
     write_if_changed(folder / "listing.tsv", "\n".join(rows) + "\n")
+    return plan
+
+
+def write_plan(folder: Path, plan: Plan) -> None:
+    """``plan.json``: every utterance and its file, for the voices by test set
+    (``bench_learning.py``) and for the next build of the folder (:func:`forget_changed_files`)."""
     write_if_changed(folder / "plan.json", json.dumps(
         {"held_out_words": plan.held_out_words, "unseen_share": plan.unseen_share,
          "utterances": [asdict(u) for u in plan.utterances]}, indent=1))
-    return plan
+
+
+def forget_changed_files(folder: Path, plan: Plan) -> None:
+    """Delete each audio file that the folder's recorded plan (``plan.json``, written before
+    synthesis) gave to another utterance than ``plan`` does; with no recorded plan, every file
+    (a folder of unknown origin is not trusted)."""
+    recorded = folder / "plan.json"
+    before = ({u["file"]: u for u in json.loads(recorded.read_text())["utterances"]}
+              if recorded.exists() else {})
+    for utterance in plan.utterances:
+        target = folder / utterance.file
+        if target.exists() and before.get(utterance.file) != asdict(utterance):
+            target.unlink()
 
 
 def lm_sentences(plan_file: Path) -> list[str]:

@@ -106,6 +106,30 @@ def test_a_third_engine_adds_mbrola_speech_after_the_festival_speech():
     assert not any(f in v for v in open_vocab.MBROLA_VOICES for f in FLITE_SPEAKERS)
 
 
+@needs_tools
+def test_a_rebuild_with_other_options_forgets_the_files_another_utterance_had(tmp_path):
+    sentences = open_vocab.fortune_sentences()
+    small = open_vocab.plan_corpus(sentences, train=200, dev=20, test=30, seed=3,
+                                   second_engine=True)
+    larger = open_vocab.plan_corpus(sentences, train=300, dev=20, test=30, seed=3,
+                                    second_engine=True)
+    for utterance in small.utterances:
+        (tmp_path / utterance.file).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / utterance.file).write_text(utterance.text)
+    open_vocab.write_plan(tmp_path, small)
+    open_vocab.forget_changed_files(tmp_path, larger)
+    kept = {u.file for u in larger.utterances if (tmp_path / u.file).exists()}
+    # the first 200 training utterances are the same in both plans; the festival ones moved, so
+    # the files the smaller plan gave to festival speech of other sentences are gone
+    assert kept == {f"train/{n:05d}.wav" for n in range(200)}
+    assert next(u.file for u in larger.utterances if u.voice.startswith("festival:")) \
+        == "train/00410.wav"
+    assert (tmp_path / "train/00409.wav").exists()  # the smaller plan's, not in the larger one
+    (tmp_path / "plan.json").unlink()
+    open_vocab.forget_changed_files(tmp_path, small)  # no recorded plan: nothing is trusted
+    assert not any((tmp_path / u.file).exists() for u in small.utterances)
+
+
 @pytest.mark.skipif(not shutil.which("festival"), reason="needs festival and festvox-kdlpc16k")
 def test_festival_speaks_at_the_drawn_pitch(tmp_path):
     pitches, lengths, centroids = {}, {}, {}
